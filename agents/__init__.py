@@ -1,0 +1,86 @@
+"""The duet: a reasoning agent and an answer agent on an AutoGen runtime, sharing one workbench.
+
+Public API:
+
+- :class:`Duet` — a pipeline ready to run (from settings or a team file); ``stream()`` yields events;
+- :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components);
+- :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
+- :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``);
+- settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`;
+- events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
+  :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union);
+- :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
+- errors: :class:`UpstreamError` and its subclasses.
+"""
+
+from .answer_agent import AnswerAgent, AnswerAgentConfig
+from .base import CLIENT
+from .conversation import ConversationError, ImageURL, conversation_from_openai
+from .duet import Duet, DuetResult, load_team_config
+from .errors import DuetError, UpstreamConnectionError, UpstreamError, UpstreamStatusError, UpstreamTimeout
+from .events import (
+    ContentDelta,
+    DuetEvent,
+    Failed,
+    Finished,
+    FinishReason,
+    ReasoningDelta,
+    ToolCall,
+    ToolCallsRequested,
+    Usage,
+)
+from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient, OpenAICompatibleClientConfig
+from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig
+from .run_context import AnswerOptions, DuetRun, current_run
+from .settings import (
+    REASONER_MODEL_INFO,
+    AnswerSettings,
+    ModelSettings,
+    PipelineSettings,
+    ReasonerSettings,
+    ReasoningOutput,
+)
+from .team import ANSWERER_NAME, REASONER_NAME, build_team
+
+__all__ = [
+    "ANSWERER_NAME",
+    "ANSWER_MODEL_INFO",
+    "AnswerAgent",
+    "AnswerAgentConfig",
+    "AnswerOptions",
+    "AnswerSettings",
+    "CLIENT",
+    "ContentDelta",
+    "ConversationError",
+    "Duet",
+    "DuetError",
+    "DuetEvent",
+    "DuetResult",
+    "DuetRun",
+    "Failed",
+    "FinishReason",
+    "Finished",
+    "ImageURL",
+    "ModelSettings",
+    "OpenAICompatibleClient",
+    "OpenAICompatibleClientConfig",
+    "PipelineSettings",
+    "REASONER_MODEL_INFO",
+    "REASONER_NAME",
+    "ReasonerSettings",
+    "ReasoningAgent",
+    "ReasoningAgentConfig",
+    "ReasoningDelta",
+    "ReasoningOutput",
+    "ToolCall",
+    "ToolCallsRequested",
+    "UpstreamConnectionError",
+    "UpstreamError",
+    "UpstreamStatusError",
+    "UpstreamTimeout",
+    "Usage",
+    "build_team",
+    "conversation_from_openai",
+    "current_run",
+    "load_team_config",
+]

@@ -1,0 +1,241 @@
+"""The answer half of the duet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncGenerator, Sequence
+
+from autogen_agentchat.base import Response
+from autogen_agentchat.messages import BaseChatMessage, HandoffMessage, TextMessage
+from autogen_core import CancellationToken, Component, FunctionCall
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    CreateResult,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    RequestUsage,
+    SystemMessage,
+)
+from autogen_core.tools import BaseTool, ToolResult, Workbench
+from typing_extensions import Self
+
+from workbenches import DuetWorkbench
+
+from .base import CLIENT, DuetAgent, DuetAgentConfig, read_messages, sum_usage, workbench_from_config
+from .conversation import new_call_id, without_images
+from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from .run_context import AnswerOptions, DuetRun
+from .thinking import ThinkTagSplitter
+
+REASONING_PREAMBLE = (
+    "A reasoning model has thought this conversation through before you. Use its reasoning to "
+    "write your reply (and to decide on tool calls); do not repeat it verbatim.\n<reasoning>\n{reasoning}\n</reasoning>"
+)
+
+_FINISH_REASONS = {"stop": "stop", "length": "length", "content_filter": "content_filter"}
+_DEFAULT_OPTIONS = AnswerOptions()
+
+
+class AnswerAgentConfig(DuetAgentConfig):
+    max_tool_rounds: int = 8
+
+
+class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
+    """Replies with the reasoning in hand, calling the workbench's tools.
+
+    Calls to service tools (anything in the workbench that is not a client's
+    :class:`~workbenches.ProxyTool`) run here, through the workbench, and their results go back to
+    the model, for up to ``max_tool_rounds`` rounds. Calls to client tools end the turn: the agent
+    hands off to ``client`` (a ``HandoffMessage`` whose context holds the calls), the team stops,
+    and Duet returns the calls to the client, which sends the results in its next request.
+
+    Example::
+
+        answerer = AnswerAgent("answerer", OpenAICompatibleClient("qwen2.5", "http://localhost:11434/v1"))
+    """
+
+    component_config_schema = AnswerAgentConfig
+    component_provider_override = "agents.AnswerAgent"
+
+    def __init__(
+        self,
+        name: str,
+        model_client: ChatCompletionClient,
+        *,
+        description: str = "Writes the reply using the reasoning, and calls tools.",
+        system_message: str | None = None,
+        workbench: Workbench | None = None,
+        tools: Sequence[BaseTool[Any, Any]] | None = None,
+        max_tool_rounds: int = 8,
+    ) -> None:
+        super().__init__(
+            name, description, model_client, system_message=system_message, workbench=workbench, tools=tools
+        )
+        self._max_tool_rounds = max_tool_rounds
+
+    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str) -> list[LLMMessage]:
+        """System instructions (ours, the client's, the reasoning) merged into one leading system
+        message, which every OpenAI-compatible server accepts; then the conversation."""
+        instructions = [self._system_message] if self._system_message else []
+        start = 0
+        while start < len(conversation) and isinstance(conversation[start], SystemMessage):
+            instructions.append(conversation[start].content)  # type: ignore[union-attr]
+            start += 1
+        if reasoning:
+            instructions.append(REASONING_PREAMBLE.format(reasoning=reasoning))
+        head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
+        body = conversation[start:]
+        if not self._model_client.model_info.get("vision", False):
+            body = without_images(body)
+        return [*head, *body]
+
+    async def _turn(
+        self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
+    ) -> AsyncGenerator[DuetEvent | Response, None]:
+        conversation, reasoning = read_messages(messages)
+        workbench = self._workbench_for(run)
+        options = run.options if run is not None else _DEFAULT_OPTIONS
+        tools = await workbench.list_tools() if workbench is not None else []
+        history = self._prompt(conversation, reasoning)
+        tool_choice: Any = options.tool_choice
+        if tool_choice not in ("auto", "none", "required"):
+            tool_choice = next(t for t in workbench.tools if t.name == tool_choice)  # type: ignore[union-attr]
+        total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+        for round_number in range(self._max_tool_rounds + 1):
+            if cancellation_token.is_cancelled():
+                raise asyncio.CancelledError()
+            if round_number == self._max_tool_rounds and tools:
+                tool_choice = "none"  # out of rounds: the model must answer with what it has
+            splitter = ThinkTagSplitter()
+            text_parts: list[str] = []
+            result: CreateResult | None = None
+            async for piece in self._model_client.create_stream(
+                history,
+                tools=tools,
+                tool_choice=tool_choice,
+                extra_create_args=options.create_args,
+                cancellation_token=cancellation_token,
+            ):
+                if isinstance(piece, CreateResult):
+                    result = piece
+                    continue
+                thinking, text = splitter.feed(piece)
+                if thinking:
+                    yield ReasoningDelta(text=thinking, source=self.name)
+                if text:
+                    text_parts.append(text)
+                    yield ContentDelta(text=text)
+            thinking, text = splitter.flush()
+            if thinking:
+                yield ReasoningDelta(text=thinking, source=self.name)
+            if text:
+                text_parts.append(text)
+                yield ContentDelta(text=text)
+            assert result is not None
+            total = sum_usage(total, result.usage)
+            yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens)
+            answer = "".join(text_parts)
+
+            if isinstance(result.content, str):
+                finish_reason = _FINISH_REASONS.get(result.finish_reason, "stop")
+                yield Response(
+                    chat_message=TextMessage(
+                        content=answer, source=self.name, metadata={"finish_reason": finish_reason}, models_usage=total
+                    )
+                )
+                return
+
+            # Duet issues its own call ids: upstreams repeat or omit theirs, and clients key on them.
+            calls = [FunctionCall(id=new_call_id(), name=call.name, arguments=call.arguments) for call in result.content]
+            if options.single_tool_call:
+                calls = calls[:1]
+            client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
+            service_calls = [call for call in calls if self._client_tool(workbench, call.name) is None]
+            if service_calls:
+                results: list[FunctionExecutionResult] = []
+                async for event in self._run_service_calls(workbench, service_calls, results, cancellation_token):
+                    yield event
+                history.append(AssistantMessage(content=service_calls, thought=answer or None, source=self.name))
+                history.append(FunctionExecutionResultMessage(content=results))
+            if client_calls:
+                yield ToolCallsRequested(
+                    calls=[
+                        ToolCall(id=call.id, name=self._client_tool(workbench, call.name).client_name, arguments=call.arguments)  # type: ignore[union-attr]
+                        for call in client_calls
+                    ]
+                )
+                yield Response(
+                    chat_message=HandoffMessage(
+                        source=self.name,
+                        target=CLIENT,
+                        content=f"{self.name} asks the client to run {', '.join(c.name for c in client_calls)}.",
+                        context=[AssistantMessage(content=client_calls, thought=answer or None, source=self.name)],
+                        models_usage=total,
+                    )
+                )
+                return
+            if tool_choice != "none":
+                tool_choice = "auto"  # 'required' or a named tool applies to the first round only
+
+    @staticmethod
+    def _client_tool(workbench: Workbench | None, name: str) -> Any:
+        return workbench.client_tool(name) if isinstance(workbench, DuetWorkbench) else None
+
+    async def _run_service_calls(
+        self,
+        workbench: Workbench | None,
+        calls: Sequence[FunctionCall],
+        results: list[FunctionExecutionResult],
+        cancellation_token: CancellationToken,
+    ) -> AsyncGenerator[DuetEvent, None]:
+        """Runs the calls concurrently through the workbench; reports each as a reasoning line so a
+        long round is not a silent one. Results land in ``results`` in call order."""
+        for call in calls:
+            yield ReasoningDelta(text=f"\n[calling {call.name} {call.arguments}]\n", source=self.name)
+        outcomes = await asyncio.gather(*(self._call_tool(workbench, call, cancellation_token) for call in calls))
+        for call, outcome in zip(calls, outcomes, strict=True):
+            results.append(outcome)
+            status = "failed" if outcome.is_error else "returned"
+            yield ReasoningDelta(text=f"[{call.name} {status}]\n", source=self.name)
+
+    @staticmethod
+    async def _call_tool(
+        workbench: Workbench | None, call: FunctionCall, cancellation_token: CancellationToken
+    ) -> FunctionExecutionResult:
+        def failure(message: str) -> FunctionExecutionResult:
+            return FunctionExecutionResult(content=message, call_id=call.id, name=call.name, is_error=True)
+
+        if workbench is None:
+            return failure(f"Tool {call.name} not found.")
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError as exc:
+            return failure(f"The arguments are not valid JSON: {exc}")
+        if not isinstance(arguments, dict):
+            return failure("The arguments must be a JSON object.")
+        result = await workbench.call_tool(call.name, arguments, cancellation_token, call_id=call.id)
+        return FunctionExecutionResult(content=_result_text(result), call_id=call.id, name=call.name, is_error=result.is_error)
+
+    def _to_config(self) -> AnswerAgentConfig:
+        return AnswerAgentConfig(**self._base_config(), max_tool_rounds=self._max_tool_rounds)
+
+    @classmethod
+    def _from_config(cls, config: AnswerAgentConfig) -> Self:
+        workbench = workbench_from_config(config)
+        return cls(
+            config.name,
+            ChatCompletionClient.load_component(config.model_client),
+            description=config.description,
+            system_message=config.system_message,
+            workbench=None if config.tools is not None else workbench,
+            tools=list(workbench.tools) if config.tools is not None and workbench is not None else None,  # type: ignore[attr-defined]
+            max_tool_rounds=config.max_tool_rounds,
+        )
+
+
+def _result_text(result: ToolResult) -> str:
+    return result.to_text()

@@ -1,0 +1,181 @@
+"""What the reasoning agent and the answer agent have in common."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any, AsyncGenerator, Sequence
+
+from autogen_agentchat.agents import BaseChatAgent
+from autogen_agentchat.base import Response
+from autogen_agentchat.messages import (
+    BaseAgentEvent,
+    BaseChatMessage,
+    HandoffMessage,
+    ModelClientStreamingChunkEvent,
+    TextMessage,
+    ToolCallRequestEvent,
+)
+from autogen_core import CancellationToken, ComponentModel, FunctionCall
+from autogen_core.models import ChatCompletionClient, LLMMessage, RequestUsage
+from autogen_core.tools import BaseTool, Workbench
+from pydantic import BaseModel, Field
+
+from workbenches import DuetWorkbench
+
+from .events import ContentDelta, DuetEvent, Failed, ReasoningDelta, ToolCallsRequested
+from .run_context import DuetRun, current_run
+
+CLIENT = "client"
+"""The pseudo-agent that stands for the HTTP client: conversations come from it, client tool calls go to it."""
+
+REASONING_METADATA = {"duet": "reasoning"}
+"""Marks the reasoning agent's message so the answer agent can tell reasoning from conversation."""
+
+
+class DuetAgentConfig(BaseModel):
+    """Fields both agents serialise. Tools go under ``tools`` (what AutoGen Studio's UI shows) or
+    under ``workbench``; both load into one :class:`~workbenches.DuetWorkbench`."""
+
+    name: str
+    description: str
+    model_client: ComponentModel
+    system_message: str | None = None
+    workbench: ComponentModel | None = None
+    tools: list[ComponentModel] | None = Field(None, description="Tools as a flat list (AutoGen Studio shows these).")
+
+
+def workbench_from_config(config: DuetAgentConfig) -> Workbench | None:
+    if config.tools is not None:
+        return DuetWorkbench([BaseTool.load_component(tool) for tool in config.tools])
+    if config.workbench is not None:
+        return Workbench.load_component(config.workbench)
+    return None
+
+
+def sum_usage(a: RequestUsage, b: RequestUsage) -> RequestUsage:
+    return RequestUsage(prompt_tokens=a.prompt_tokens + b.prompt_tokens, completion_tokens=a.completion_tokens + b.completion_tokens)
+
+
+def estimate_tokens(messages: Sequence[LLMMessage]) -> int:
+    """About four characters a token; used only when a model call was cut short by design."""
+    return sum(len(str(message.content)) for message in messages) // 4
+
+
+def read_messages(messages: Sequence[BaseChatMessage]) -> tuple[list[LLMMessage], str]:
+    """The conversation and the reasoning in what the team delivered to an agent.
+
+    A Duet request arrives as a ``HandoffMessage`` from the client whose ``context`` is the whole
+    conversation; anything else (a task typed in AutoGen Studio, another agent's reply) is read
+    the way AgentChat agents read it.
+    """
+    conversation: list[LLMMessage] = []
+    reasoning: list[str] = []
+    for message in messages:
+        if isinstance(message, HandoffMessage) and message.source == CLIENT:
+            conversation.extend(message.context)
+        elif message.metadata.get("duet") == "reasoning":
+            if isinstance(message, TextMessage) and message.content:
+                reasoning.append(message.content)
+        else:
+            conversation.append(message.to_model_message())
+    return conversation, "\n\n".join(reasoning)
+
+
+def as_agentchat_event(event: DuetEvent, source: str) -> BaseAgentEvent | None:
+    """A Duet event as the stock AgentChat event a Studio run shows."""
+    if isinstance(event, ReasoningDelta):
+        return ModelClientStreamingChunkEvent(content=event.text, source=source, metadata=REASONING_METADATA)
+    if isinstance(event, ContentDelta):
+        return ModelClientStreamingChunkEvent(content=event.text, source=source)
+    if isinstance(event, ToolCallsRequested):
+        calls = [FunctionCall(id=call.id, name=call.name, arguments=call.arguments) for call in event.calls]
+        return ToolCallRequestEvent(content=calls, source=source)
+    return None
+
+
+class DuetAgent(BaseChatAgent):
+    """Runs one stage of the duet. Subclasses implement :meth:`_turn`, an async generator of Duet
+    events ending with a ``Response``; this class routes the events to the request's sink (or, outside
+    a request, yields them as AgentChat events) and reports failures to the request."""
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        model_client: ChatCompletionClient,
+        *,
+        system_message: str | None = None,
+        workbench: Workbench | None = None,
+        tools: Sequence[BaseTool[Any, Any]] | None = None,
+    ) -> None:
+        super().__init__(name, description)
+        if workbench is not None and tools is not None:
+            raise ValueError("give either workbench or tools, not both")
+        self._model_client = model_client
+        self._system_message = system_message
+        self._tools_as_list = tools is not None
+        self._workbench = DuetWorkbench(list(tools)) if tools is not None else workbench
+
+    @property
+    def model_client(self) -> ChatCompletionClient:
+        return self._model_client
+
+    @property
+    def workbench(self) -> Workbench | None:
+        """The agent's own workbench; a Duet request brings its own, shared by both agents."""
+        return self._workbench
+
+    @property
+    def produced_message_types(self) -> Sequence[type[BaseChatMessage]]:
+        return (TextMessage, HandoffMessage)
+
+    async def on_messages(self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken) -> Response:
+        response: Response | None = None
+        async for item in self.on_messages_stream(messages, cancellation_token):
+            if isinstance(item, Response):
+                response = item
+        assert response is not None
+        return response
+
+    async def on_messages_stream(
+        self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken
+    ) -> AsyncGenerator[BaseAgentEvent | BaseChatMessage | Response, None]:
+        run = current_run()
+        try:
+            async for item in self._turn(messages, run, cancellation_token):
+                if isinstance(item, Response):
+                    yield item
+                elif run is not None:
+                    run.emit(item)
+                else:
+                    event = as_agentchat_event(item, self.name)
+                    if event is not None:
+                        yield event
+        except Exception as exc:
+            if run is not None:
+                run.emit(Failed(message=str(exc), error=exc))
+            raise
+
+    async def on_reset(self, cancellation_token: CancellationToken) -> None:
+        """Nothing to reset: every turn gets the whole conversation."""
+
+    def _workbench_for(self, run: DuetRun | None) -> Workbench | None:
+        return run.workbench if run is not None else self._workbench
+
+    def _base_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "model_client": self._model_client.dump_component(),
+            "system_message": self._system_message,
+        }
+        if self._tools_as_list and isinstance(self._workbench, DuetWorkbench):
+            config["tools"] = [tool.dump_component() for tool in self._workbench.tools]
+        elif self._workbench is not None:
+            config["workbench"] = self._workbench.dump_component()
+        return config
+
+    @abstractmethod
+    def _turn(
+        self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
+    ) -> AsyncGenerator[DuetEvent | Response, None]: ...

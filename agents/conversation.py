@@ -1,0 +1,262 @@
+"""OpenAI chat messages → AutoGen ``LLMMessage`` objects (and the helpers the agents need on them).
+
+The conversion is forgiving where real clients are sloppy and strict where a model would fail:
+
+- assistant content may carry ``<think>`` blocks (Dify sends reasoning back that way): stripped;
+- ``role: tool`` results without ``name`` are matched to their call by ``tool_call_id``;
+- tool-call ids nobody here issued are fine: calls and results only need to agree;
+- legacy ``function_call`` / ``role: function`` turns become ordinary tool calls and results;
+- a call without a result, or a result without a call, is repaired rather than sent to a
+  model that would reject the whole request;
+- tool names a model cannot use get the same alias the request's tools get.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Literal, Mapping, Sequence
+
+from autogen_core import FunctionCall, Image
+from autogen_core.models import (
+    AssistantMessage,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    SystemMessage,
+    UserMessage,
+)
+
+from workbenches import model_safe_name
+
+from .thinking import strip_think_blocks
+
+MISSING_RESULT = "(the client sent no result for this call)"
+
+
+class ConversationError(ValueError):
+    """A message the duet cannot use; ``param`` points at it (``messages[2].content``)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ImageURL(Image):
+    """An image part kept as the client sent it (an ``https:`` or ``data:`` URL).
+
+    AutoGen's ``Image`` decodes every picture into PIL and re-encodes it as PNG whenever it is
+    serialised; a gateway only needs to pass the URL on.
+    """
+
+    def __init__(self, url: str, detail: Literal["auto", "low", "high"] = "auto") -> None:  # noqa: D107
+        self.url = url
+        self.detail = detail
+
+    def to_openai_format(self, detail: Literal["auto", "low", "high"] | None = None) -> dict[str, Any]:
+        return {"type": "image_url", "image_url": {"url": self.url, "detail": detail or self.detail}}
+
+    @property
+    def data_uri(self) -> str:
+        return self.url
+
+    def to_base64(self) -> str:
+        return self.url.split(",", 1)[1] if self.url.startswith("data:") else self.url
+
+    def __repr__(self) -> str:
+        return f"ImageURL({self.url[:60]!r})"
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _text(content: Any, param: str) -> str:
+    """Text of a content field that may be a string, ``None`` or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for i, part in enumerate(content):
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                raise ConversationError("only text parts are allowed here", f"{param}[{i}]")
+        return "".join(texts)
+    raise ConversationError("content must be a string or a list of content parts", param)
+
+
+def _user_content(content: Any, param: str) -> str | list[str | Image]:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        raise ConversationError("user content must be a string or a non-empty list of content parts", param)
+    parts: list[str | Image] = []
+    for i, part in enumerate(content):
+        part_param = f"{param}[{i}]"
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            if not isinstance(url, str) or not url:
+                raise ConversationError("image_url needs a url", f"{part_param}.image_url")
+            detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
+            parts.append(ImageURL(url, detail if detail in ("auto", "low", "high") else "auto"))
+        else:
+            raise ConversationError(f"unsupported content part type {kind!r}", f"{part_param}.type")
+    return parts
+
+
+def _arguments(value: Any) -> str:
+    if value is None:
+        return "{}"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _calls(message: Mapping[str, Any], param: str) -> list[FunctionCall]:
+    calls: list[FunctionCall] = []
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ConversationError("a tool call needs function.name", f"{param}.tool_calls[{i}]")
+        calls.append(
+            FunctionCall(
+                id=str(call.get("id") or new_call_id()),
+                name=model_safe_name(function["name"]),
+                arguments=_arguments(function.get("arguments")),
+            )
+        )
+    legacy = message.get("function_call")
+    if isinstance(legacy, Mapping) and isinstance(legacy.get("name"), str):
+        calls.append(FunctionCall(id=new_call_id(), name=model_safe_name(legacy["name"]), arguments=_arguments(legacy.get("arguments"))))
+    return calls
+
+
+def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMMessage]:
+    """Converts an OpenAI ``messages`` list. Raises :class:`ConversationError` for unusable input."""
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
+        raise ConversationError("messages must be a non-empty list", "messages")
+    result: list[LLMMessage] = []
+    pending: dict[str, FunctionCall] = {}  # calls of the latest assistant turn still waiting for a result
+    results: list[FunctionExecutionResult] = []
+
+    def close_tool_turn() -> None:
+        nonlocal results
+        if pending:
+            results.extend(
+                FunctionExecutionResult(content=MISSING_RESULT, call_id=call.id, name=call.name, is_error=True)
+                for call in pending.values()
+            )
+            pending.clear()
+        if results:
+            result.append(FunctionExecutionResultMessage(content=results))
+            results = []
+
+    for index, message in enumerate(messages):
+        param = f"messages[{index}]"
+        if not isinstance(message, Mapping):
+            raise ConversationError("each message must be an object", param)
+        role = message.get("role")
+        if role in ("tool", "function"):
+            content = _text(message.get("content"), f"{param}.content")
+            if role == "tool":
+                call_id = message.get("tool_call_id")
+                if not isinstance(call_id, str) or not call_id:
+                    raise ConversationError("a tool message needs tool_call_id", f"{param}.tool_call_id")
+                call = pending.pop(call_id, None)
+            else:  # legacy: results answer the latest call in order; ``name`` may be anything
+                call_id = next(iter(pending), "")
+                call = pending.pop(call_id, None)
+            if call is None:
+                # A result for a call that is not in the history: keep what it says as plain text.
+                close_tool_turn()
+                name = message.get("name") or "a tool"
+                result.append(UserMessage(content=f"Result of {name}:\n{content}", source="user"))
+                continue
+            results.append(FunctionExecutionResult(content=content, call_id=call.id, name=call.name, is_error=False))
+            continue
+
+        close_tool_turn()
+        if role in ("system", "developer"):
+            result.append(SystemMessage(content=_text(message.get("content"), f"{param}.content")))
+        elif role == "user":
+            result.append(UserMessage(content=_user_content(message.get("content"), f"{param}.content"), source="user"))
+        elif role == "assistant":
+            text = strip_think_blocks(_text(message.get("content"), f"{param}.content"))
+            calls = _calls(message, param)
+            if calls:
+                result.append(AssistantMessage(content=calls, thought=text or None, source="assistant"))
+                pending = {call.id: call for call in calls}
+            else:
+                result.append(AssistantMessage(content=text, source="assistant"))
+        else:
+            raise ConversationError(f"unknown role {role!r}", f"{param}.role")
+    close_tool_turn()
+    return result
+
+
+def ends_with_tool_results(conversation: Sequence[LLMMessage]) -> bool:
+    """True when the newest turn only brings tool results (a follow-up round of a tool loop)."""
+    return bool(conversation) and isinstance(conversation[-1], FunctionExecutionResultMessage)
+
+
+def last_user_text(conversation: Sequence[LLMMessage]) -> str:
+    for message in reversed(conversation):
+        if isinstance(message, UserMessage):
+            if isinstance(message.content, str):
+                return message.content
+            return " ".join(part for part in message.content if isinstance(part, str))
+    return ""
+
+
+def without_images(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
+    """The conversation for a model without vision: each image becomes a short note."""
+    out: list[LLMMessage] = []
+    for message in conversation:
+        if isinstance(message, UserMessage) and not isinstance(message.content, str):
+            if any(isinstance(part, Image) for part in message.content):
+                text = "\n".join(part if isinstance(part, str) else "[image omitted]" for part in message.content)
+                message = UserMessage(content=text, source=message.source)
+        out.append(message)
+    return out
+
+
+def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
+    """The conversation with tool calls and results written out as text, consecutive turns of
+    one role merged: what a reasoning model without tool support (DeepSeek-R1) accepts."""
+    out: list[LLMMessage] = []
+
+    def add(role: str, text: str) -> None:
+        if not text:
+            return
+        last = out[-1] if out else None
+        if role == "user" and isinstance(last, UserMessage) and isinstance(last.content, str):
+            out[-1] = UserMessage(content=f"{last.content}\n\n{text}", source="user")
+        elif role == "assistant" and isinstance(last, AssistantMessage) and isinstance(last.content, str):
+            out[-1] = AssistantMessage(content=f"{last.content}\n\n{text}", source="assistant")
+        elif role == "user":
+            out.append(UserMessage(content=text, source="user"))
+        else:
+            out.append(AssistantMessage(content=text, source="assistant"))
+
+    for message in without_images(conversation):
+        if isinstance(message, SystemMessage):
+            out.append(message)
+        elif isinstance(message, UserMessage):
+            add("user", message.content if isinstance(message.content, str) else "\n".join(map(str, message.content)))
+        elif isinstance(message, AssistantMessage):
+            if isinstance(message.content, str):
+                add("assistant", message.content)
+            else:
+                lines = [message.thought] if message.thought else []
+                lines += [f"[called tool {call.name} with {call.arguments}]" for call in message.content]
+                add("assistant", "\n".join(lines))
+        elif isinstance(message, FunctionExecutionResultMessage):
+            add("user", "\n\n".join(f"[tool {r.name} returned]\n{r.content}" for r in message.content))
+    return out

@@ -1,0 +1,78 @@
+"""The one event vocabulary between the duet and whoever consumes it.
+
+The agents emit these while a request runs; ``api/`` turns them into OpenAI chunks, and a
+Python script iterates them through :class:`agents.Duet`. Every event is a small pydantic model
+with a ``kind`` discriminator, so a stream of them can be logged or sent elsewhere as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, Field
+
+
+class ReasoningDelta(BaseModel):
+    """A piece of thinking: from the reasoning model, the answer model's own reasoning, or a
+    progress line while service tools run."""
+
+    kind: Literal["reasoning"] = "reasoning"
+    text: str
+    source: str
+
+
+class ContentDelta(BaseModel):
+    """A piece of the answer text."""
+
+    kind: Literal["content"] = "content"
+    text: str
+
+
+class ToolCall(BaseModel):
+    """One call of a client tool, with the client's own tool name and the arguments as a JSON string."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class ToolCallsRequested(BaseModel):
+    """The answer model called client tools: the client runs them and sends the results back."""
+
+    kind: Literal["tool_calls"] = "tool_calls"
+    calls: list[ToolCall]
+
+
+class Usage(BaseModel):
+    """Token usage of one model call; a request's usage is the sum of all of them."""
+
+    kind: Literal["usage"] = "usage"
+    source: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+class Finished(BaseModel):
+    """The duet is done; always the last event of a successful run."""
+
+    kind: Literal["done"] = "done"
+    finish_reason: FinishReason
+
+
+class Failed(BaseModel):
+    """The run failed; always the last event of a failed run. ``error`` is the exception."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    kind: Literal["error"] = "error"
+    message: str
+    error: BaseException = Field(exclude=True)
+
+
+DuetEvent = Annotated[
+    Union[ReasoningDelta, ContentDelta, ToolCallsRequested, Usage, Finished, Failed],
+    Field(discriminator="kind"),
+]

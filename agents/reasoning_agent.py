@@ -1,0 +1,164 @@
+"""The reasoning half of the duet."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncGenerator, Sequence
+
+from autogen_agentchat.base import Response
+from autogen_agentchat.messages import BaseChatMessage, TextMessage
+from autogen_core import CancellationToken, Component
+from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, RequestUsage, SystemMessage
+from autogen_core.tools import BaseTool, ToolSchema, Workbench
+from typing_extensions import Self
+
+from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_tokens, read_messages, workbench_from_config
+from .conversation import as_transcript, ends_with_tool_results
+from .events import DuetEvent, ReasoningDelta, Usage
+from .run_context import DuetRun
+from .thinking import ThinkTagSplitter
+
+DEFAULT_REASONING_PROMPT = (
+    "You are the reasoning half of a two-model assistant. Think the conversation through: what the "
+    "user asks in their latest message, which facts and steps the reply needs, and what could go "
+    "wrong. A second model writes the reply from your reasoning; do not write the reply yourself."
+)
+
+
+def describe_tools(tools: Sequence[ToolSchema]) -> str:
+    """The tools the answer model can call, as text the reasoning model can plan with."""
+    if not tools:
+        return ""
+    lines = [
+        "\n\nThe second model can call these tools (you cannot): plan which ones it should call, and with what arguments."
+    ]
+    for tool in tools:
+        line = f"- {tool['name']}"
+        if tool.get("description"):
+            line += f": {tool['description']}"
+        if tool.get("parameters"):
+            line += f"\n  parameters: {json.dumps(tool['parameters'], ensure_ascii=False, separators=(',', ':'))}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+class ReasoningAgentConfig(DuetAgentConfig):
+    reason_on_tool_results: bool = False
+    stop_after_thinking: bool = True
+
+
+class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
+    """Thinks about the conversation before the answer agent replies, and streams its thinking.
+
+    The model gets the conversation as a plain transcript (tool calls and results written out, which
+    reasoning models without tool support accept) and a description of the workbench's tools. It
+    never calls tools. Its reply is a ``TextMessage`` marked as reasoning, which the answer agent
+    reads.
+
+    Args:
+        reason_on_tool_results: think again on rounds that only bring tool results (off: those
+            rounds go straight to the answer agent).
+        stop_after_thinking: for models that separate thinking from answering (``reasoning_content``
+            or ``<think>`` tags), close the call once the thinking ends instead of waiting for a
+            draft answer nobody reads. The usage of such a call is then estimated.
+
+    Example::
+
+        reasoner = ReasoningAgent("reasoner", OpenAICompatibleClient("deepseek-r1", "http://localhost:11434/v1"))
+    """
+
+    component_config_schema = ReasoningAgentConfig
+    component_provider_override = "agents.ReasoningAgent"
+
+    def __init__(
+        self,
+        name: str,
+        model_client: ChatCompletionClient,
+        *,
+        description: str = "Thinks the conversation through before the answer agent replies.",
+        system_message: str | None = None,
+        workbench: Workbench | None = None,
+        tools: Sequence[BaseTool[Any, Any]] | None = None,
+        reason_on_tool_results: bool = False,
+        stop_after_thinking: bool = True,
+    ) -> None:
+        super().__init__(
+            name, description, model_client, system_message=system_message, workbench=workbench, tools=tools
+        )
+        self._reason_on_tool_results = reason_on_tool_results
+        self._stop_after_thinking = stop_after_thinking
+
+    def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema]) -> list[LLMMessage]:
+        transcript = as_transcript(conversation)
+        instructions = [self._system_message or DEFAULT_REASONING_PROMPT]
+        client_instructions = [m.content for m in transcript if isinstance(m, SystemMessage)]
+        if client_instructions:
+            instructions.append("The assistant's instructions:\n" + "\n\n".join(client_instructions))
+        system = SystemMessage(content="\n\n".join(instructions) + describe_tools(tools))
+        return [system, *(m for m in transcript if not isinstance(m, SystemMessage))]
+
+    async def _turn(
+        self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
+    ) -> AsyncGenerator[DuetEvent | Response, None]:
+        conversation, _ = read_messages(messages)
+        if not self._reason_on_tool_results and ends_with_tool_results(conversation):
+            yield Response(chat_message=TextMessage(content="", source=self.name, metadata=REASONING_METADATA))
+            return
+        workbench = self._workbench_for(run)
+        tools = await workbench.list_tools() if workbench is not None else []
+        prompt = self._prompt(conversation, tools)
+
+        splitter = ThinkTagSplitter()
+        parts: list[str] = []
+        result: CreateResult | None = None
+        stream = self._model_client.create_stream(prompt, cancellation_token=cancellation_token)
+        try:
+            async for piece in stream:
+                if isinstance(piece, CreateResult):
+                    result = piece
+                    break
+                reasoning, content = splitter.feed(piece)
+                text = reasoning + content
+                if text:
+                    parts.append(text)
+                    yield ReasoningDelta(text=text, source=self.name)
+                if self._stop_after_thinking and splitter.reasoning_finished:
+                    break  # the thinking is complete; what follows is a draft answer
+        finally:
+            await stream.aclose()
+        reasoning, content = splitter.flush()
+        if reasoning or content:
+            parts.append(reasoning + content)
+            yield ReasoningDelta(text=reasoning + content, source=self.name)
+
+        if result is not None:
+            usage = result.usage
+        else:
+            usage = RequestUsage(prompt_tokens=estimate_tokens(prompt), completion_tokens=len(parts))
+        yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        yield Response(
+            chat_message=TextMessage(
+                content="".join(parts).strip(), source=self.name, metadata=REASONING_METADATA, models_usage=usage
+            )
+        )
+
+    def _to_config(self) -> ReasoningAgentConfig:
+        return ReasoningAgentConfig(
+            **self._base_config(),
+            reason_on_tool_results=self._reason_on_tool_results,
+            stop_after_thinking=self._stop_after_thinking,
+        )
+
+    @classmethod
+    def _from_config(cls, config: ReasoningAgentConfig) -> Self:
+        workbench = workbench_from_config(config)
+        return cls(
+            config.name,
+            ChatCompletionClient.load_component(config.model_client),
+            description=config.description,
+            system_message=config.system_message,
+            workbench=None if config.tools is not None else workbench,
+            tools=list(workbench.tools) if config.tools is not None and workbench is not None else None,  # type: ignore[attr-defined]
+            reason_on_tool_results=config.reason_on_tool_results,
+            stop_after_thinking=config.stop_after_thinking,
+        )

@@ -1,0 +1,15 @@
+"""The HTTP edge: an OpenAI-compatible API over the duet.
+
+Public API:
+
+- :func:`create_app` — the FastAPI app (reads ``DUET_*`` settings unless given a :class:`ServiceConfig`);
+- :class:`ServiceConfig` — what to serve: pipelines, API keys, ping interval;
+- :class:`EnvSettings`, :class:`ConfigFile` — the environment variables and the YAML file;
+- :func:`main` — the ``duet`` command line.
+"""
+
+from .app import ServiceConfig, create_app
+from .cli import main
+from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
+
+__all__ = ["ConfigFile", "EnvSettings", "ServiceConfig", "TeamPipelineSettings", "create_app", "main"]

@@ -1,0 +1,102 @@
+"""The FastAPI application: an app factory with a lifespan that owns the pipelines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
+
+from agents import Duet, PipelineSettings
+
+from .auth import BearerAuth
+from .errors import install_error_handlers
+from .serving import ChatCompletionsService
+from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
+
+logger = logging.getLogger("duet")
+
+
+@dataclass
+class ServiceConfig:
+    """What the app serves, resolved from the environment, a YAML file or a team file."""
+
+    pipelines: list[PipelineSettings | TeamPipelineSettings]
+    api_keys: list[str] = field(default_factory=list)
+    ping_interval: float = 5.0
+
+    @classmethod
+    def from_env(cls, env: EnvSettings | None = None) -> "ServiceConfig":
+        env = env or EnvSettings()
+        if env.team is not None:
+            pipelines: list[PipelineSettings | TeamPipelineSettings] = [
+                TeamPipelineSettings(name=env.model_name, team_file=env.team, reasoning_output=env.reasoning_output)
+            ]
+            return cls(pipelines, env.keys, env.ping_interval)
+        if env.config is not None:
+            file = ConfigFile.load(env.config)
+            keys = env.keys or file.api_keys
+            return cls(list(file.pipelines), keys, file.ping_interval or env.ping_interval)
+        return cls([env.default_pipeline()], env.keys, env.ping_interval)
+
+    def build(self) -> dict[str, Duet]:
+        """Creates every pipeline (model clients, team files loaded and checked) once."""
+        duets: dict[str, Duet] = {}
+        for pipeline in self.pipelines:
+            if isinstance(pipeline, TeamPipelineSettings):
+                duets[pipeline.name] = Duet.from_team(pipeline.team_file, name=pipeline.name, reasoning_output=pipeline.reasoning_output)
+            else:
+                duets[pipeline.name] = Duet.from_settings(pipeline)
+        return duets
+
+
+def create_app(config: ServiceConfig | None = None) -> FastAPI:
+    """The service. Without ``config`` it is read from the environment (``DUET_*``).
+
+    Pipelines are built here, so a broken team file or setting fails before a port is bound;
+    their model clients open connections lazily, inside the server's event loop, and the
+    lifespan closes them.
+    """
+    config = config or ServiceConfig.from_env()
+    # The runtime's OpenTelemetry spans cost ~0.2 ms per request; opt back in by setting it to "false".
+    os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+    auth = BearerAuth(config.api_keys)
+    pipelines = config.build()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.service = ChatCompletionsService(pipelines, ping_interval=config.ping_interval)
+        if not auth.enabled:
+            logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
+        logger.info("serving %s", ", ".join(pipelines))
+        try:
+            yield
+        finally:
+            await asyncio.gather(*(duet.close() for duet in pipelines.values()), return_exceptions=True)
+
+    app = FastAPI(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.", lifespan=lifespan)
+    install_error_handlers(app)
+
+    async def service(request: Request) -> ChatCompletionsService:
+        return request.app.state.service  # type: ignore[no-any-return]
+
+    async def chat_completions(request: Request, svc: ChatCompletionsService = Depends(service)) -> Response:
+        return await svc.create(request)
+
+    async def models(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
+        return svc.model_list()
+
+    async def health(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
+        return {"status": "ok", "pipelines": list(svc.pipelines), "in_flight": svc.in_flight, "tasks": len(asyncio.all_tasks())}
+
+    # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
+    for prefix in ("/v1", ""):
+        app.add_api_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
+        app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
+    app.add_api_route("/health", health, methods=["GET"])
+    return app

@@ -1,0 +1,35 @@
+"""Bearer-key authentication (``DUET_API_KEYS``)."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Sequence
+
+from fastapi import Request
+
+from .errors import APIError
+
+
+class BearerAuth:
+    """A FastAPI dependency (async: sync dependencies cost a thread hop); with no keys the endpoint is open."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self._keys = [key.encode() for key in keys if key]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._keys)
+
+    async def __call__(self, request: Request) -> None:
+        if not self._keys:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        given = token.strip().encode()
+        if scheme.lower() != "bearer" or not any(hmac.compare_digest(given, key) for key in self._keys):
+            raise APIError(
+                401,
+                "Incorrect API key provided." if header else "Missing API key: send 'Authorization: Bearer <key>'.",
+                type="invalid_request_error",
+                code="invalid_api_key",
+            )

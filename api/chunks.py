@@ -1,0 +1,66 @@
+"""``chat.completion.chunk`` events as bytes, framed exactly as Dify's parser needs them.
+
+One event is ``data: <one-line JSON>\\n\\n``; keep-alives are their own ``: ping\\n\\n`` block;
+nothing else (no ``event:``/``id:`` lines, no ``\\r\\n``) — see ``../shared/design/dify-contract.md``.
+The fixed part of every chunk (id, created, model) is rendered once per response, so a delta
+costs one ``json.dumps`` of its text.
+"""
+
+from __future__ import annotations
+
+import json
+
+DONE = b"data: [DONE]\n\n"
+PING = b": ping\n\n"
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class ChunkEncoder:
+    """Renders the chunks of one streamed response (same ``id``, ``created`` and ``model`` on each)."""
+
+    __slots__ = ("_head", "_prefix")
+
+    _OPEN = b'"choices":[{"index":0,"delta":'
+    _TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def __init__(self, completion_id: str, created: int, model: str) -> None:
+        self._prefix = b'data: {"id":' + _json(completion_id) + b',"object":"chat.completion.chunk","created":%d,"model":' % created + _json(model) + b","
+        self._head = self._prefix + self._OPEN
+
+    def role(self) -> bytes:
+        return self._head + b'{"role":"assistant","content":""}' + self._TAIL
+
+    def content(self, text: str) -> bytes:
+        return self._head + b'{"content":' + _json(text) + b"}" + self._TAIL
+
+    def reasoning(self, text: str) -> bytes:
+        return self._head + b'{"reasoning_content":' + _json(text) + b"}" + self._TAIL
+
+    def tool_call_head(self, index: int, call_id: str, name: str) -> bytes:
+        call = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        return self._head + b'{"tool_calls":[' + _json(call) + b"]}" + self._TAIL
+
+    def tool_call_arguments(self, index: int, arguments: str) -> bytes:
+        call = {"index": index, "function": {"arguments": arguments}}
+        return self._head + b'{"tool_calls":[' + _json(call) + b"]}" + self._TAIL
+
+    def function_call_head(self, name: str) -> bytes:
+        return self._head + b'{"function_call":' + _json({"name": name, "arguments": ""}) + b"}" + self._TAIL
+
+    def function_call_arguments(self, arguments: str) -> bytes:
+        return self._head + b'{"function_call":' + _json({"arguments": arguments}) + b"}" + self._TAIL
+
+    def finish(self, reason: str) -> bytes:
+        return self._head + b'{},"logprobs":null,"finish_reason":' + _json(reason) + b"}]}\n\n"
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+        return self._prefix + b'"choices":[],"usage":' + _json(usage) + b"}\n\n"
+
+    @staticmethod
+    def error(body: dict[str, object]) -> bytes:
+        """A mid-stream error: an ``error`` object and no ``choices`` (Dify then shows it)."""
+        return b"data: " + _json(body) + b"\n\n"

@@ -1,0 +1,76 @@
+"""The ``duet`` command: ``duet serve`` and ``duet export-team``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import uvicorn
+
+
+def _serve(args: argparse.Namespace) -> None:
+    # Command-line flags win over DUET_* variables: pass them on through the environment.
+    for flag, variable in (("config", "DUET_CONFIG"), ("team", "DUET_TEAM"), ("model_name", "DUET_MODEL_NAME"),
+                           ("reasoning_output", "DUET_REASONING_OUTPUT"), ("host", "DUET_HOST"), ("port", "DUET_PORT")):
+        value = getattr(args, flag)
+        if value is not None:
+            os.environ[variable] = str(value)
+    from .app import ServiceConfig, create_app
+    from .settings import EnvSettings
+
+    env = EnvSettings()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("duet", "agents", "api", "workbenches"):  # AutoGen's own INFO logs describe every runtime message
+        logging.getLogger(name).setLevel(env.log_level.upper())
+    try:
+        app = create_app(ServiceConfig.from_env(env))  # builds every pipeline: fails before binding the port
+    except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
+        print(f"duet: cannot start: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    uvicorn.run(app, host=env.host, port=env.port, log_level=env.log_level.lower())
+
+
+def _export_team(args: argparse.Namespace) -> None:
+    from .export import export_team
+
+    document = export_team(config_path=args.config, pipeline=args.pipeline, tools_path=args.tools, studio=args.studio)
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="duet", description="A reasoning model and an answer model behind one OpenAI-compatible endpoint.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the OpenAI-compatible service")
+    serve.add_argument("--host", help="interface to bind (DUET_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (DUET_PORT, default 8000)")
+    serve.add_argument("--config", help="YAML file with pipelines (DUET_CONFIG)")
+    serve.add_argument("--team", help="serve this team JSON file as the only pipeline (DUET_TEAM)")
+    serve.add_argument("--model-name", help="served model name (DUET_MODEL_NAME, default duet)")
+    serve.add_argument("--reasoning-output", choices=["reasoning_content", "think", "hidden"], help="DUET_REASONING_OUTPUT")
+    serve.set_defaults(handler=_serve)
+
+    export = commands.add_parser("export-team", help="write a pipeline as an AutoGen team component (for AutoGen Studio)")
+    export.add_argument("--config", help="YAML file with pipelines (default: the DUET_* environment)")
+    export.add_argument("--pipeline", help="pipeline name (default: the first)")
+    export.add_argument("--tools", help="JSON file with an OpenAI 'tools' list to include as client (proxy) tools")
+    export.add_argument("--studio", action="store_true", help="list tools under each agent's 'tools' (what Studio's UI shows)")
+    export.add_argument("-o", "--output", help="output file (default: stdout)")
+    export.set_defaults(handler=_export_team)
+
+    args = parser.parse_args(argv)
+    args.handler(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+"""``/v1/chat/completions``: an OpenAI request in, the duet's events out as chunks or one completion."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator, Mapping
+
+from autogen_core import CancellationToken
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from agents import AnswerOptions, Duet, DuetEvent, Failed, ReasoningOutput, conversation_from_openai
+from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
+
+from .chunks import DONE, ChunkEncoder
+from .errors import APIError, as_api_error
+from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
+from .sse import EventStreamResponse, wait_for_disconnect
+
+_END_KINDS = ("done", "error")
+
+
+def parse_request(raw: bytes) -> ChatCompletionRequest:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "the body must be a JSON object", code="invalid_json")
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        param = ".".join(str(part) for part in error["loc"]) or None
+        raise APIError(400, f"{param}: {error['msg']}" if param else error["msg"], param=param, code="invalid_request") from None
+
+
+def client_tools_of(request: ChatCompletionRequest) -> list[ProxyTool]:
+    definitions = request.tools if request.tools is not None else [{"function": f} for f in request.functions or []]
+    raw = [d.model_dump(exclude_none=True) if not isinstance(d, dict) else {"function": d["function"].model_dump(exclude_none=True)} for d in definitions]
+    try:
+        return proxy_tools_from_openai(raw)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tools" if request.tools is not None else "functions") from None
+
+
+def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], service_tool_names: set[str]) -> AnswerOptions:
+    """The request's knobs for the answer model."""
+    create_args: dict[str, Any] = {}
+    for name in ANSWER_MODEL_FIELDS:
+        value = getattr(request, name)
+        if value is not None:
+            create_args[name] = value
+    has_tools = bool(tools or service_tool_names)
+    if has_tools and request.parallel_tool_calls is not None:
+        create_args["parallel_tool_calls"] = request.parallel_tool_calls
+    if has_tools and request.legacy_functions:
+        create_args["parallel_tool_calls"] = False
+
+    choice = request.tool_choice if request.tools is not None else request.function_call
+    tool_choice = "auto"
+    param = "tool_choice" if request.tools is not None else "function_call"
+    if isinstance(choice, str):
+        tool_choice = choice
+    elif isinstance(choice, (NamedToolChoice, NamedFunction)):
+        name = choice.function.name if isinstance(choice, NamedToolChoice) else choice.name
+        alias = model_safe_name(name)
+        if alias not in {t.name for t in tools} | service_tool_names:
+            raise APIError(400, f"{param} names '{name}', which is not among the tools", param=param)
+        tool_choice = alias
+    return AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=request.legacy_functions)
+
+
+class StreamAdapter:
+    """Turns the duet's events into chunk bytes for one response."""
+
+    __slots__ = ("_enc", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "prompt_tokens", "completion_tokens")
+
+    def __init__(self, encoder: ChunkEncoder, reasoning_output: ReasoningOutput, legacy: bool, include_usage: bool) -> None:
+        self._enc = encoder
+        self._mode = reasoning_output
+        self._legacy = legacy
+        self._include_usage = include_usage
+        self._think_open = False
+        self._tool_index = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def _close_think(self) -> bytes:
+        if self._think_open:
+            self._think_open = False
+            return self._enc.content("\n</think>\n\n")
+        return b""
+
+    def encode(self, event: DuetEvent) -> bytes:
+        kind = event.kind
+        if kind == "content":
+            text = self._enc.content(event.text)  # type: ignore[union-attr]
+            return self._close_think() + text if self._think_open else text
+        if kind == "reasoning":
+            if self._mode == "reasoning_content":
+                return self._enc.reasoning(event.text)  # type: ignore[union-attr]
+            if self._mode == "think":
+                if self._think_open:
+                    return self._enc.content(event.text)  # type: ignore[union-attr]
+                self._think_open = True
+                return self._enc.content("<think>\n" + event.text)  # type: ignore[union-attr]
+            return b""
+        if kind == "usage":
+            self.prompt_tokens += event.prompt_tokens  # type: ignore[union-attr]
+            self.completion_tokens += event.completion_tokens  # type: ignore[union-attr]
+            return b""
+        if kind == "tool_calls":
+            out = [self._close_think()]
+            for call in event.calls:  # type: ignore[union-attr]
+                if self._legacy:
+                    out += [self._enc.function_call_head(call.name), self._enc.function_call_arguments(call.arguments)]
+                    break  # legacy clients take one call
+                out += [
+                    self._enc.tool_call_head(self._tool_index, call.id, call.name),
+                    self._enc.tool_call_arguments(self._tool_index, call.arguments),
+                ]
+                self._tool_index += 1
+            return b"".join(out)
+        if kind == "done":
+            reason = event.finish_reason  # type: ignore[union-attr]
+            if self._legacy and reason == "tool_calls":
+                reason = "function_call"
+            out = self._close_think() + self._enc.finish(reason)
+            if self._include_usage:
+                out += self._enc.usage(self.prompt_tokens, self.completion_tokens)
+            return out + DONE
+        if kind == "error":
+            return self._close_think() + self._enc.error(as_api_error(event.error).body())  # type: ignore[union-attr]
+        return b""
+
+
+def completion_body(
+    completion_id: str, created: int, model: str, reasoning_output: ReasoningOutput, legacy: bool, events: list[DuetEvent]
+) -> dict[str, Any]:
+    """One ``chat.completion`` from all the events of a run."""
+    reasoning = "".join(e.text for e in events if e.kind == "reasoning")  # type: ignore[union-attr]
+    content = "".join(e.text for e in events if e.kind == "content")  # type: ignore[union-attr]
+    calls = [call for e in events if e.kind == "tool_calls" for call in e.calls]  # type: ignore[union-attr]
+    prompt = sum(e.prompt_tokens for e in events if e.kind == "usage")  # type: ignore[union-attr]
+    completion = sum(e.completion_tokens for e in events if e.kind == "usage")  # type: ignore[union-attr]
+    finish = next((e.finish_reason for e in events if e.kind == "done"), "stop")  # type: ignore[union-attr]
+
+    if reasoning and reasoning_output == "think":
+        content = f"<think>\n{reasoning}\n</think>\n\n{content}"
+    message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
+    if reasoning and reasoning_output == "reasoning_content":
+        message["reasoning_content"] = reasoning
+    if calls and legacy:
+        message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
+        finish = "function_call"
+    elif calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ]
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
+
+
+class ChatCompletionsService:
+    """Serves the pipelines by name. Knows HTTP; knows nothing of model clients."""
+
+    def __init__(self, pipelines: Mapping[str, Duet], *, ping_interval: float = 5.0) -> None:
+        self.pipelines = dict(pipelines)
+        self.ping_interval = ping_interval
+        self.created = int(time.time())
+        self.in_flight = 0
+
+    def model_list(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": name, "object": "model", "created": self.created, "owned_by": "duet"} for name in self.pipelines],
+        }
+
+    async def create(self, request: Request) -> Response:
+        chat = parse_request(await request.body())
+        duet = self.pipelines.get(chat.model)
+        if duet is None:
+            raise APIError(
+                404,
+                f"The model '{chat.model}' does not exist; this server serves: {', '.join(self.pipelines)}",
+                param="model",
+                code="model_not_found",
+            )
+        conversation = conversation_from_openai(chat.messages)
+        tools = client_tools_of(chat)
+        options = answer_options(chat, tools, duet.service_tool_names)
+        token = CancellationToken()
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        events = duet.stream(
+            conversation, tools=tools, options=options, request_id=completion_id, user=chat.user, cancellation_token=token
+        )
+        if chat.stream:
+            return await self._streamed(chat, duet, _EventSource(self, events), completion_id)
+        return await self._collected(chat, duet, _EventSource(self, events), completion_id, request, token)
+
+    async def _collected(
+        self,
+        chat: ChatCompletionRequest,
+        duet: Duet,
+        source: "_EventSource",
+        completion_id: str,
+        request: Request,
+        token: CancellationToken,
+    ) -> Response:
+        collector = asyncio.ensure_future(source.collect())
+        watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        try:
+            await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not collector.done():  # the client hung up: stop the models, answer nobody
+                token.cancel()
+                collector.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await collector
+            await source.close()
+        if collector.cancelled():
+            return Response(status_code=499)
+        collected = collector.result()
+        failure = next((e for e in collected if isinstance(e, Failed)), None)
+        if failure is not None:
+            return as_api_error(failure.error).response()
+        body = completion_body(completion_id, int(time.time()), chat.model, duet.reasoning_output, chat.legacy_functions, collected)
+        return JSONResponse(body)
+
+    async def _streamed(self, chat: ChatCompletionRequest, duet: Duet, source: "_EventSource", completion_id: str) -> Response:
+        try:
+            # Hold the status line back until the duet's first event: failures that come fast (a
+            # bad upstream key, an unreachable server) get a real HTTP status. A slow start is
+            # committed after one ping interval, so the client sees keep-alives, not nothing.
+            first = await source.first(timeout=self.ping_interval)
+            if isinstance(first, Failed):
+                await source.close()
+                return as_api_error(first.error).response()
+            encoder = ChunkEncoder(completion_id, int(time.time()), chat.model)
+            adapter = StreamAdapter(encoder, duet.reasoning_output, chat.legacy_functions, chat.include_usage)
+            return EventStreamResponse(source.chunks(encoder, adapter), on_close=source.close, ping_interval=self.ping_interval)
+        except BaseException:
+            await source.close()
+            raise
+
+
+class _EventSource:
+    """One request's event stream, closed exactly once however the response ends (finished,
+    failed, client gone, or never started), which cancels the duet's model calls if still running."""
+
+    def __init__(self, service: ChatCompletionsService, events: AsyncIterator[DuetEvent]) -> None:
+        self._service = service
+        self._events = events
+        self._first: asyncio.Future[DuetEvent] | None = None
+        self._closed = False
+        service.in_flight += 1
+
+    async def first(self, timeout: float) -> DuetEvent | None:
+        """The first event if it comes within ``timeout`` seconds, else ``None`` (still on its way)."""
+        self._first = asyncio.ensure_future(anext(self._events))  # type: ignore[arg-type]
+        await asyncio.wait({self._first}, timeout=timeout)
+        return self._first.result() if self._first.done() else None
+
+    async def collect(self) -> list[DuetEvent]:
+        return [event async for event in self._events]
+
+    async def chunks(self, encoder: ChunkEncoder, adapter: StreamAdapter) -> AsyncIterator[bytes]:
+        yield encoder.role()
+        assert self._first is not None
+        event = await self._first
+        while True:
+            chunk = adapter.encode(event)
+            if chunk:
+                yield chunk
+            if event.kind in _END_KINDS:
+                return
+            event = await anext(self._events)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._service.in_flight -= 1
+        if self._first is not None and not self._first.done():
+            self._first.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._first
+        await self._events.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,384 @@
+"""A scripted OpenAI-compatible model server for tests and benchmarks.
+
+Real sockets, real HTTP/1.1, real SSE: ``POST /v1/chat/completions`` answers from a script
+(:class:`Reply` objects queued per model, or a function of the request), streams
+``reasoning_content`` and content deltas, splits tool-call arguments into pieces, and injects
+faults on demand (HTTP errors, a dropped connection mid-stream, a stall, an error event).
+Every request is recorded, including whether the client hung up before the answer ended.
+
+It runs on its own event loop in a background thread, so synchronous clients (the ``openai`` SDK,
+Dify's ``requests``-based client) and the service under test can all talk to it::
+
+    with ScriptedUpstream() as upstream:
+        upstream.script("qwen", Reply(content=["Hel", "lo"]))
+        ...  # point a client at upstream.base_url
+
+``python -m tests.scripted_upstream --port 9000`` serves a fixed answer (benchmarks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+Fault = Literal["disconnect", "stall", "error_event", "garbage"]
+
+
+@dataclass
+class ScriptedCall:
+    """One tool call the scripted model makes; ``arguments`` is sent in ``pieces`` fragments."""
+
+    name: str
+    arguments: str
+    id: str | None = None
+    pieces: int = 3
+
+
+@dataclass
+class Reply:
+    """What the scripted model answers to one request."""
+
+    reasoning: Sequence[str] = ()
+    content: Sequence[str] = ()
+    tool_calls: Sequence[ScriptedCall] = ()
+    finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
+    usage: tuple[int, int] | None = None  # (prompt, completion); default computed from the request
+    reasoning_field: str = "reasoning_content"
+    status: int = 200
+    error_message: str = "scripted failure"
+    delay: float = 0.0  # before the response starts
+    delay_between: float = 0.0  # between two chunks
+    fault: Fault | None = None
+    fault_after: int = 0  # chunks sent before the fault
+    interleave_calls: bool = False  # send parallel calls' fragments interleaved (index-keyed)
+
+
+@dataclass
+class RecordedRequest:
+    model: str
+    body: dict[str, Any]
+    raw: bytes
+    headers: dict[str, str]
+    received_at: float
+    finished_at: float | None = None
+    aborted: bool = False  # the client hung up before the answer ended
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+Responder = Callable[[dict[str, Any]], Reply]
+
+
+def default_responder(body: dict[str, Any]) -> Reply:
+    """Reasoning models ("r1"/"reason" in the name) think; others echo the last user message."""
+    model = body.get("model", "")
+    if "r1" in model or "reason" in model:
+        return Reply(reasoning=["Thinking ", "about ", "it."])
+    last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
+    text = last.get("content") if isinstance(last.get("content"), str) else "ok"
+    return Reply(content=["echo: ", text or ""])
+
+
+class ScriptedUpstream:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, responder: Responder = default_responder) -> None:
+        self._host = host
+        self._port = port
+        self._responder = responder
+        self._scripts: dict[str, collections.deque[Reply | Responder]] = collections.defaultdict(collections.deque)
+        self._lock = threading.Lock()
+        self.requests: list[RecordedRequest] = []
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[asyncio.StreamWriter] = set()
+
+    # -- scripting -----------------------------------------------------------------------------
+    def script(self, model: str, *replies: Reply | Responder) -> None:
+        """Queues answers for ``model``, used in order; then the default responder answers."""
+        with self._lock:
+            self._scripts[model].extend(replies)
+
+    def set_default(self, responder: Responder) -> None:
+        self._responder = responder
+
+    def reset(self) -> None:
+        with self._lock:
+            self._scripts.clear()
+            self.requests.clear()
+            self._responder = default_responder
+
+    def requests_for(self, model: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.model == model]
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._connections)
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            queue = self._scripts.get(body.get("model", ""))
+            item = queue.popleft() if queue else self._responder
+        return item if isinstance(item, Reply) else item(body)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._host}:{self.port}/v1"
+
+    def start(self) -> "ScriptedUpstream":
+        started = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, self._host, self._port))
+            started.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="scripted-upstream", daemon=True)
+        self._thread.start()
+        started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        async def shutdown() -> None:
+            assert self._server is not None
+            self._server.close()
+            for writer in list(self._connections):
+                writer.close()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(5)
+
+    def __enter__(self) -> "ScriptedUpstream":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        try:
+            while True:
+                request_line = await reader.readline()
+                if not request_line:
+                    return
+                method, path, _ = request_line.decode("latin-1").split(" ", 2)
+                headers: dict[str, str] = {}
+                while True:
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    key, _, value = line.decode("latin-1").partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if not await self._respond(method, path, headers, body, reader, writer):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+
+    @staticmethod
+    def _head(status: int, content_type: str, length: int | None = None) -> bytes:
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests"}.get(
+            status, "Error"
+        )
+        framing = f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
+        return f"HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n{framing}\r\n\r\n".encode()
+
+    async def _respond(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        if method == "GET" and path.endswith("/models"):
+            payload = json.dumps({"object": "list", "data": []}).encode()
+            writer.write(self._head(200, "application/json", len(payload)) + payload)
+            await writer.drain()
+            return True
+        if method != "POST" or not path.endswith("/chat/completions"):
+            payload = b'{"error": {"message": "not found"}}'
+            writer.write(self._head(404, "application/json", len(payload)) + payload)
+            await writer.drain()
+            return True
+        body = json.loads(raw)
+        record = RecordedRequest(model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic())
+        self.requests.append(record)
+        reply = self._next_reply(body)
+        try:
+            if reply.delay:
+                if await _closed_within(reader, reply.delay):
+                    record.aborted = True
+                    return False
+            if reply.status != 200:
+                payload = json.dumps({"error": {"message": reply.error_message, "type": "scripted", "code": reply.status}}).encode()
+                writer.write(self._head(reply.status, "application/json", len(payload)) + payload)
+                await writer.drain()
+                return True
+            if not body.get("stream"):
+                payload = json.dumps(self._completion(body, reply)).encode()
+                writer.write(self._head(200, "application/json", len(payload)) + payload)
+                await writer.drain()
+                return True
+            completed = await self._stream(body, reply, reader, writer)
+            record.aborted = not completed
+            return completed
+        finally:
+            record.finished_at = time.monotonic()
+            record.ended.set()
+
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
+        if reply.usage is not None:
+            prompt, completion = reply.usage
+        else:
+            prompt = max(1, len(json.dumps(body.get("messages", []))) // 4)
+            completion = len(reply.reasoning) + len(reply.content) + len(reply.tool_calls)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(reply.content) or None}
+        if reply.reasoning:
+            message[reply.reasoning_field] = "".join(reply.reasoning)
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": call.id or f"call_up{next(self._ids)}", "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                for call in reply.tool_calls
+            ]
+        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        return {
+            "id": f"chatcmpl-up{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": self._usage(body, reply),
+        }
+
+    def _events(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+        base = {"id": f"chatcmpl-up{next(self._ids)}", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model", "")}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({reply.reasoning_field: piece}) for piece in reply.reasoning]
+        events += [chunk({"content": piece}) for piece in reply.content]
+        fragments: list[list[dict[str, Any]]] = []
+        for index, call in enumerate(reply.tool_calls):
+            head = {"index": index, "id": call.id or f"call_up{next(self._ids)}", "type": "function", "function": {"name": call.name, "arguments": ""}}
+            size = max(1, -(-len(call.arguments) // max(1, call.pieces)))
+            parts = [call.arguments[i : i + size] for i in range(0, len(call.arguments), size)]
+            fragments.append([head] + [{"index": index, "function": {"arguments": part}} for part in parts])
+        if reply.interleave_calls:
+            ordered = [d for group in itertools.zip_longest(*fragments) for d in group if d is not None]
+        else:
+            ordered = [d for group in fragments for d in group]
+        events += [chunk({"tool_calls": [d]}) for d in ordered]
+        events.append(chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append({**base, "choices": [], "usage": self._usage(body, reply)})
+        return events
+
+    async def _stream(self, body: dict[str, Any], reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Streams the reply; returns False when the client hung up first (or a fault ended it)."""
+        writer.write(self._head(200, "text/event-stream"))
+        for sent, event in enumerate(self._events(body, reply)):
+            if reply.fault is not None and sent == reply.fault_after:
+                return await self._fault(reply, reader, writer)
+            _write_chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+            await writer.drain()
+            if reply.delay_between and await _closed_within(reader, reply.delay_between):
+                return False
+            if _hung_up(reader):
+                return False
+        _write_chunk(writer, b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async def _fault(self, reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if reply.fault == "stall":
+            await _closed_within(reader, 3600)  # say nothing until the client gives up
+            return False
+        if reply.fault == "error_event":
+            _write_chunk(writer, b'data: {"error": {"message": "' + reply.error_message.encode() + b'", "type": "server_error"}}\n\n')
+            _write_chunk(writer, b"data: [DONE]\n\n")
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        if reply.fault == "garbage":
+            _write_chunk(writer, b"data: {not json\n\n")
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        writer.transport.abort()  # "disconnect": drop the connection mid-stream
+        return False
+
+
+def _write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+def _hung_up(reader: asyncio.StreamReader) -> bool:
+    """The client closed its side. Checked without reading, so a pipelined request is never eaten."""
+    return reader.at_eof() or reader.exception() is not None
+
+
+async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Waits ``seconds``; True as soon as the client hangs up meanwhile."""
+    deadline = time.monotonic() + seconds
+    while not _hung_up(reader):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(0.01, remaining))
+    return True
+
+
+def _bench_responder(reasoning_tokens: int, answer_tokens: int) -> Responder:
+    reasoning = [f"thought{i} " for i in range(reasoning_tokens)]
+    content = [f"word{i} " for i in range(answer_tokens)]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        model = body.get("model", "")
+        if "r1" in model or "reason" in model:
+            return Reply(reasoning=reasoning)
+        return Reply(content=content)
+
+    return respond
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve the scripted OpenAI-compatible upstream.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--reasoning-tokens", type=int, default=40)
+    parser.add_argument("--answer-tokens", type=int, default=40)
+    args = parser.parse_args()
+    upstream = ScriptedUpstream(args.host, args.port, _bench_responder(args.reasoning_tokens, args.answer_tokens)).start()
+    print(f"scripted upstream on {upstream.base_url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        upstream.stop()
+
+
+if __name__ == "__main__":
+    main()

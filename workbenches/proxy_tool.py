@@ -1,0 +1,117 @@
+"""Client tools as AutoGen tools.
+
+A client (Dify, an ``openai`` SDK script) sends OpenAI ``tools`` schemas; Duet does not run them.
+Each becomes a :class:`ProxyTool` so it can sit in a workbench next to the tools Duet does run:
+the reasoning agent reads its description, the answer model sees its schema, and when the model
+calls it the answer agent hands the call back to the client instead of running it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Mapping, Optional
+
+from autogen_core import CancellationToken, Component
+from autogen_core.tools import BaseTool, ToolSchema
+from pydantic import BaseModel, ConfigDict
+from typing_extensions import Self
+
+_VALID_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def model_safe_name(name: str) -> str:
+    """The name a model may use for a tool: OpenAI accepts only ``^[a-zA-Z0-9_-]{1,64}$``.
+
+    Valid names are returned unchanged. Others get a readable, deterministic alias (the same
+    name always maps to the same alias, so history from earlier rounds stays consistent).
+    """
+    if _VALID_NAME.match(name):
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+    readable = _INVALID_CHARS.sub("_", name)[:55].strip("_") or "tool"
+    return f"{readable}_{digest}"
+
+
+class ProxyToolArgs(BaseModel):
+    """Accepts any JSON object: the client validates its own tool's arguments."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ProxyToolConfig(BaseModel):
+    """The client's schema, as received."""
+
+    name: str
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class ClientSideToolError(RuntimeError):
+    """Raised when something tries to run a proxy tool in-process."""
+
+
+class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):
+    """A tool the client runs. ``name`` is what the model sees; ``client_name`` is the client's own.
+
+    >>> tool = ProxyTool.from_openai({"type": "function", "function": {"name": "kb.search", "parameters": {"type": "object"}}})
+    >>> tool.name, tool.client_name
+    ('kb_search_e08cca43', 'kb.search')
+    """
+
+    component_type = "tool"
+    component_config_schema = ProxyToolConfig
+    component_provider_override = "workbenches.ProxyTool"
+
+    def __init__(
+        self,
+        name: str,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        strict: bool | None = None,
+    ) -> None:
+        self.client_name = name
+        self._config = ProxyToolConfig(
+            name=name, description=description, parameters=dict(parameters) if parameters is not None else None, strict=strict
+        )
+        super().__init__(ProxyToolArgs, str, model_safe_name(name), description or "", strict=bool(strict))
+        # Built once: the schema the model sees is the client's, untouched (BaseTool.schema would
+        # rebuild it from the args model, adding titles and ``additionalProperties: false``).
+        schema: dict[str, Any] = {"name": self.name}
+        if description is not None:
+            schema["description"] = description
+        if parameters is not None:
+            schema["parameters"] = parameters
+        if strict is not None:
+            schema["strict"] = strict
+        self._schema: ToolSchema = schema  # type: ignore[assignment]
+
+    @classmethod
+    def from_openai(cls, tool: Mapping[str, Any]) -> "ProxyTool":
+        """From one entry of an OpenAI ``tools`` list (``{"type": "function", "function": {...}}``)
+        or a legacy ``functions`` entry (``{"name": ..., "parameters": ...}``)."""
+        function = tool["function"] if "function" in tool else tool
+        return cls(
+            name=function["name"],
+            description=function.get("description"),
+            parameters=function.get("parameters"),
+            strict=function.get("strict"),
+        )
+
+    @property
+    def schema(self) -> ToolSchema:
+        return self._schema
+
+    async def run(self, args: ProxyToolArgs, cancellation_token: CancellationToken) -> str:
+        raise ClientSideToolError(
+            f"'{self.client_name}' is a client tool: Duet returns calls to it as tool_calls for the client to run."
+        )
+
+    def _to_config(self) -> ProxyToolConfig:
+        return self._config.model_copy(deep=True)
+
+    @classmethod
+    def _from_config(cls, config: ProxyToolConfig) -> Self:
+        return cls(name=config.name, description=config.description, parameters=config.parameters, strict=config.strict)
