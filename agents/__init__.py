@@ -16,7 +16,7 @@ Public API:
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT
 from .conversation import ConversationError, ImageURL, conversation_from_openai
-from .duet import Duet, DuetResult, load_team_config
+from .duet import Duet, DuetResult, DuetStream, load_team_config
 from .errors import DuetError, UpstreamConnectionError, UpstreamError, UpstreamStatusError, UpstreamTimeout
 from .events import (
     ContentDelta,
@@ -57,6 +57,7 @@ __all__ = [
     "DuetEvent",
     "DuetResult",
     "DuetRun",
+    "DuetStream",
     "Failed",
     "FinishReason",
     "Finished",

@@ -6,12 +6,13 @@ import asyncio
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 from autogen_agentchat.base import Team
 from autogen_agentchat.messages import HandoffMessage, TextMessage
-from autogen_core import CancellationToken, ComponentModel
+from autogen_core import CancellationToken, ComponentModel, SingleThreadedAgentRuntime
 from autogen_core.models import ChatCompletionClient, LLMMessage
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel
@@ -24,12 +25,97 @@ from .conversation import conversation_from_openai, last_user_text
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .model_client import ANSWER_MODEL_INFO
 from .run_context import AnswerOptions, DuetRun, bind_run
+from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, PipelineSettings, ReasoningOutput
 from .team import build_team
 
 logger = logging.getLogger(__name__)
 
 _END_KINDS = ("done", "error")
+
+
+class _EventChannel:
+    """Events from the agents to the caller. Collects what arrives while the caller is busy, so
+    a burst is handed over (and written to the client) as one batch."""
+
+    __slots__ = ("_events", "_waiter")
+
+    def __init__(self) -> None:
+        self._events: list[DuetEvent] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def emit(self, event: DuetEvent) -> None:
+        self._events.append(event)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def drain(self, timeout: float | None = None) -> list[DuetEvent]:
+        """Everything emitted since the last call; waits for at least one event, or ``timeout``
+        seconds (then returns an empty list)."""
+        if not self._events:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, _wake, waiter) if timeout is not None else None
+            try:
+                await waiter
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        events, self._events = self._events, []
+        return events
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class DuetStream:
+    """One run of the duet, in progress. Read it in batches (:meth:`next_batch`) or event by event
+    (``async for``); :meth:`close` stops whatever still runs (every model and tool call)."""
+
+    def __init__(self, channel: _EventChannel, driver: asyncio.Task[None], token: CancellationToken) -> None:
+        self._channel = channel
+        self._driver = driver
+        self._token = token
+        self._ended = False
+        self._pending: list[DuetEvent] = []
+
+    @property
+    def ended(self) -> bool:
+        """The final event (``Finished`` or ``Failed``) has been handed out."""
+        return self._ended
+
+    async def next_batch(self, timeout: float | None = None) -> list[DuetEvent]:
+        """The events that arrived since the last batch (waiting for one if none did); an empty
+        list after ``timeout`` seconds without events, or once the run has ended."""
+        if self._ended:
+            return []
+        batch = await self._channel.drain(timeout)
+        for index, event in enumerate(batch):
+            if event.kind in _END_KINDS:
+                self._ended = True
+                return batch[: index + 1]
+        return batch
+
+    def __aiter__(self) -> "DuetStream":
+        return self
+
+    async def __anext__(self) -> DuetEvent:
+        while not self._pending:
+            if self._ended:
+                raise StopAsyncIteration
+            self._pending = await self.next_batch()
+        return self._pending.pop(0)
+
+    async def close(self) -> None:
+        if self._driver.done():
+            return
+        self._token.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._driver), timeout=10)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            self._driver.cancel()
 
 
 class DuetResult(BaseModel):
@@ -43,28 +129,30 @@ class DuetResult(BaseModel):
     finish_reason: FinishReason = "stop"
 
 
+@dataclass(eq=False)
+class TeamSlot:
+    """A team and, unless it embeds its own, the runtime it runs on (started for each run)."""
+
+    team: Team
+    runtime: SingleThreadedAgentRuntime | None = None
+
+
 class TeamPool:
     """Idle teams of one pipeline. AgentChat teams hold per-run state and refuse concurrent runs,
-    so each request leases its own; a team that finished cleanly is reset and reused, which
-    keeps its agents' model clients (and their connection pools) alive."""
+    so each request leases its own; a team that finished cleanly is reset and reused, which keeps
+    its agents, their registrations on the runtime and their model clients alive."""
 
-    def __init__(self, factory: Callable[[], Team], max_idle: int = 64) -> None:
+    def __init__(self, factory: Callable[[], TeamSlot], max_idle: int = 64) -> None:
         self._factory = factory
-        self._idle: list[Team] = []
+        self._idle: list[TeamSlot] = []
         self._max_idle = max_idle
 
-    def acquire(self) -> Team:
+    def acquire(self) -> TeamSlot:
         return self._idle.pop() if self._idle else self._factory()
 
-    async def release(self, team: Team, reusable: bool) -> None:
-        if not reusable or len(self._idle) >= self._max_idle:
-            return
-        try:
-            await team.reset()
-        except Exception:  # a team that cannot reset is dropped, not reused
-            logger.exception("dropping a team that failed to reset")
-            return
-        self._idle.append(team)
+    def release(self, slot: TeamSlot) -> None:
+        if len(self._idle) < self._max_idle:
+            self._idle.append(slot)
 
 
 class Duet:
@@ -84,7 +172,7 @@ class Duet:
 
     def __init__(
         self,
-        team_factory: Callable[[], Team],
+        team_factory: Callable[[], TeamSlot],
         *,
         name: str = "duet",
         service_tools: Sequence[BaseTool[Any, Any]] = (),
@@ -106,8 +194,13 @@ class Duet:
         answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
         reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO) if settings.reasoner else None
         clients = [c for c in (answer_client, reasoner_client) if c is not None]
+
+        def factory() -> TeamSlot:
+            runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+            return TeamSlot(build_team(settings, answer_client, reasoner_client, runtime=runtime), runtime)
+
         return cls(
-            lambda: build_team(settings, answer_client, reasoner_client),
+            factory,
             name=settings.name,
             service_tools=service_tools,
             reasoning_output=settings.reasoning_output,
@@ -134,16 +227,16 @@ class Duet:
         service_tools = _service_tools_of(config)
         spare = [prototype]
 
-        def factory() -> Team:
-            return spare.pop() if spare else Team.load_component(config)
+        def factory() -> TeamSlot:
+            return TeamSlot(spare.pop() if spare else Team.load_component(config))
 
         return cls(factory, name=name, service_tools=service_tools, reasoning_output=reasoning_output)
 
     def new_team(self) -> Team:
         """A fresh team of this pipeline, e.g. to run it with AgentChat directly or to dump it."""
-        return self._team_factory()
+        return self._team_factory().team
 
-    async def stream(
+    def start(
         self,
         messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage],
         *,
@@ -152,47 +245,49 @@ class Duet:
         request_id: str | None = None,
         user: str | None = None,
         cancellation_token: CancellationToken | None = None,
-    ) -> AsyncIterator[DuetEvent]:
-        """Runs the duet once. Yields :mod:`agents.events`, ending with ``Finished`` or ``Failed``.
+    ) -> DuetStream:
+        """Starts one run of the duet (call from a coroutine) and returns it at once.
 
         ``messages`` is an OpenAI ``messages`` list (or AutoGen ``LLMMessage`` objects); ``tools``
-        an OpenAI ``tools`` list (or :class:`ProxyTool` objects). Closing the iterator early, or
-        cancelling ``cancellation_token``, stops every model call of the run.
+        an OpenAI ``tools`` list (or :class:`ProxyTool` objects). The run binds the request
+        (event sink, the request's workbench, the answer options) and runs a leased team on its
+        runtime; cancelling ``cancellation_token`` or closing the stream stops it.
         """
         if messages and isinstance(messages[0], Mapping):
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
         else:
             conversation = list(messages)  # type: ignore[arg-type]
-        proxies = [t if isinstance(t, ProxyTool) else None for t in tools]
-        client_tools = proxies if all(proxies) else proxy_tools_from_openai(tools)  # type: ignore[arg-type]
-        queue: asyncio.Queue[DuetEvent] = asyncio.Queue()
+        if all(isinstance(tool, ProxyTool) for tool in tools):
+            client_tools: list[ProxyTool] = list(tools)  # type: ignore[arg-type]
+        else:
+            client_tools = proxy_tools_from_openai(tools)  # type: ignore[arg-type]
+        channel = _EventChannel()
         run = DuetRun(
-            emit=queue.put_nowait,
-            workbench=DuetWorkbench.for_request(self._service_tools, client_tools),  # type: ignore[arg-type]
+            emit=channel.emit,
+            workbench=DuetWorkbench.for_request(self._service_tools, client_tools),
             options=options or AnswerOptions(),
             request_id=request_id or uuid.uuid4().hex,
             user=user,
             pipeline=self.name,
         )
         token = cancellation_token or CancellationToken()
-        team = self._pool.acquire()
+        slot = self._pool.acquire()
         task = HandoffMessage(
-            source=CLIENT, target=team.name, content=last_user_text(conversation) or "(continue)", context=conversation
+            source=CLIENT, target=slot.team.name, content=last_user_text(conversation) or "(continue)", context=conversation
         )
-        driver = asyncio.create_task(self._drive(team, run, task, token))
+        return DuetStream(channel, asyncio.create_task(self._drive(slot, run, task, token)), token)
+
+    async def stream(
+        self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any
+    ) -> AsyncIterator[DuetEvent]:
+        """Runs the duet once, yielding :mod:`agents.events` until ``Finished`` or ``Failed``.
+        Takes the arguments of :meth:`start`; leaving the loop early stops the run."""
+        run = self.start(messages, **kwargs)
         try:
-            while True:
-                event = await queue.get()
+            async for event in run:
                 yield event
-                if event.kind in _END_KINDS:
-                    return
         finally:
-            if not driver.done():
-                token.cancel()
-                try:
-                    await asyncio.wait_for(asyncio.shield(driver), timeout=10)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
-                    driver.cancel()
+            await run.close()
 
     async def run(self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any) -> DuetResult:
         """Like :meth:`stream`, collected into one :class:`DuetResult`. Raises the run's error."""
@@ -217,25 +312,40 @@ class Duet:
         result.content = "".join(content)
         return result
 
-    async def _drive(self, team: Team, run: DuetRun, task: HandoffMessage, token: CancellationToken) -> None:
-        bind_run(run)  # this task's context; the team's runtime, started below, inherits it
-        reusable = False
+    async def _drive(self, slot: TeamSlot, run: DuetRun, task: HandoffMessage, token: CancellationToken) -> None:
+        bind_run(run)  # this task's context; the runtime started below inherits it
+        if slot.runtime is not None:
+            slot.runtime.start()
+        clean = False
         finish_reason: FinishReason = "stop"
         try:
-            async for message in team.run_stream(task=task, cancellation_token=token):
+            async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
                 if isinstance(message, HandoffMessage) and message.target == CLIENT:
                     finish_reason = "tool_calls"
                 elif isinstance(message, TextMessage) and "finish_reason" in message.metadata:
                     finish_reason = message.metadata["finish_reason"]  # type: ignore[assignment]
             run.emit(Finished(finish_reason=finish_reason))
-            reusable = True
+            clean = True
         except asyncio.CancelledError:
             if not token.is_cancelled():
                 raise
         except Exception as exc:  # an agent already reported its own failure; this covers the rest
             run.emit(Failed(message=str(exc), error=exc))
         finally:
-            await self._pool.release(team, reusable)
+            await self._settle(slot, clean)
+
+    async def _settle(self, slot: TeamSlot, clean: bool) -> None:
+        """Resets a team that finished cleanly and returns it to the pool; drops any other."""
+        try:
+            if clean:
+                await slot.team.reset()
+            if slot.runtime is not None:
+                await (slot.runtime.stop_when_idle() if clean else slot.runtime.stop())
+        except Exception:  # a team that cannot settle is dropped, not reused
+            logger.exception("dropping a team that failed to reset")
+            return
+        if clean:
+            self._pool.release(slot)
 
     async def close(self) -> None:
         """Closes the model clients this pipeline created."""

@@ -123,6 +123,39 @@ def _tool_choice_to_openai(tool_choice: Tool | str) -> Any:
     return {"type": "function", "function": {"name": tool_choice.schema["name"]}}
 
 
+async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
+    """The ``data`` of each server-sent event, read in whatever pieces the socket delivers
+    (several events often arrive in one read; a line-by-line reader would await each line)."""
+    buffer = b""
+    async for received in response.content.iter_any():
+        buffer = buffer + received if buffer else received
+        held = b""
+        if b"\r" in received:  # CRLF or CR line ends; a CR at the very end may still pair with an LF
+            if buffer.endswith(b"\r"):
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        start = 0
+        yielded_once = False
+        while True:
+            end = buffer.find(b"\n\n", start)
+            if end < 0:
+                break
+            if start and not yielded_once:
+                # A burst of events arrived in one read: let other tasks run once, so the first
+                # token of the burst is written out before the rest is parsed.
+                yielded_once = True
+                await asyncio.sleep(0)
+            event = buffer[start:end]
+            start = end + 2
+            if event.startswith(b"data:") and b"\n" not in event:
+                yield event[5:].lstrip()
+            else:  # comments, ``event:``/``id:`` lines, multi-line data
+                lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
+                if lines:
+                    yield b"\n".join(lines)
+        buffer = buffer[start:] + held
+
+
 def _error_message(status: int, body: bytes) -> str:
     """The upstream's own error message, whatever shape it came in."""
     text = body.decode("utf-8", "replace").strip()
@@ -314,18 +347,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         usage: Mapping[str, Any] | None = None
         in_reasoning = False
         done = False
-        data_lines: list[bytes] = []
         try:
-            async for line in response.content:
-                line = line.rstrip(b"\r\n")
-                if line:
-                    if line.startswith(b"data:"):
-                        data_lines.append(line[5:].lstrip())
-                    continue  # comments, ``event:`` and ``id:`` lines carry nothing for us
-                if not data_lines:
-                    continue
-                data = data_lines[0] if len(data_lines) == 1 else b"\n".join(data_lines)
-                data_lines.clear()
+            async for data in _sse_data(response):
                 if data == b"[DONE]":
                     done = True
                     break

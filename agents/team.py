@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core import AgentRuntime
 from autogen_core.models import ChatCompletionClient
 from autogen_core.tools import Workbench
 
@@ -23,12 +24,14 @@ def build_team(
     *,
     workbench: Workbench | None = None,
     tools_as_list: bool = False,
+    runtime: AgentRuntime | None = None,
 ) -> RoundRobinGroupChat:
     """The reasoning agent then the answer agent, sharing ``workbench``, in a round-robin team that
     ends when the answer agent has spoken (a reply, or a handoff of client tool calls to ``client``).
 
     ``tools_as_list`` writes the workbench's tools under each agent's ``tools`` instead of
     ``workbench`` when the team is dumped: AutoGen Studio's UI displays only that form.
+    ``runtime``: run on this runtime instead of an embedded one (the caller starts and stops it).
     """
     tools = list(workbench.tools) if tools_as_list and workbench is not None else None  # type: ignore[attr-defined]
     shared = None if tools is not None else workbench
@@ -62,4 +65,5 @@ def build_team(
         name="duet",
         description=f"Duet pipeline '{settings.name}': a reasoning agent thinks, an answer agent replies and calls tools.",
         termination_condition=HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME]),
+        runtime=runtime,
     )

@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from agents import Duet, PipelineSettings
 
 from .auth import BearerAuth
-from .errors import install_error_handlers
+from .errors import APIError, install_error_handlers
 from .serving import ChatCompletionsService
 from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
 
@@ -85,8 +85,13 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     async def service(request: Request) -> ChatCompletionsService:
         return request.app.state.service  # type: ignore[no-any-return]
 
-    async def chat_completions(request: Request, svc: ChatCompletionsService = Depends(service)) -> Response:
-        return await svc.create(request)
+    async def chat_completions(request: Request) -> Response:
+        # A plain Starlette endpoint: the hottest route skips FastAPI's dependency resolution.
+        try:
+            await auth(request)
+            return await request.app.state.service.create(request)  # type: ignore[no-any-return]
+        except APIError as exc:
+            return exc.response()
 
     async def models(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
         return svc.model_list()
@@ -96,7 +101,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
     for prefix in ("/v1", ""):
-        app.add_api_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
+        app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
         app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
     app.add_api_route("/health", health, methods=["GET"])
     return app

@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from agents import AnswerOptions, Duet, DuetEvent, Failed, ReasoningOutput, conversation_from_openai
+from agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput, conversation_from_openai
 from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 
 from .chunks import DONE, ChunkEncoder
@@ -79,10 +79,10 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
 class StreamAdapter:
     """Turns the duet's events into chunk bytes for one response."""
 
-    __slots__ = ("_enc", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "prompt_tokens", "completion_tokens")
+    __slots__ = ("encoder", "_enc", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "prompt_tokens", "completion_tokens")
 
     def __init__(self, encoder: ChunkEncoder, reasoning_output: ReasoningOutput, legacy: bool, include_usage: bool) -> None:
-        self._enc = encoder
+        self.encoder = self._enc = encoder
         self._mode = reasoning_output
         self._legacy = legacy
         self._include_usage = include_usage
@@ -203,12 +203,11 @@ class ChatCompletionsService:
         options = answer_options(chat, tools, duet.service_tool_names)
         token = CancellationToken()
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        events = duet.stream(
-            conversation, tools=tools, options=options, request_id=completion_id, user=chat.user, cancellation_token=token
-        )
+        run = duet.start(conversation, tools=tools, options=options, request_id=completion_id, user=chat.user, cancellation_token=token)
+        source = _EventSource(self, run)  # the duet starts now, while the response is being returned
         if chat.stream:
-            return await self._streamed(chat, duet, _EventSource(self, events), completion_id)
-        return await self._collected(chat, duet, _EventSource(self, events), completion_id, request, token)
+            return self._streamed(chat, duet, source, completion_id)
+        return await self._collected(chat, duet, source, completion_id, request, token)
 
     async def _collected(
         self,
@@ -240,62 +239,50 @@ class ChatCompletionsService:
         body = completion_body(completion_id, int(time.time()), chat.model, duet.reasoning_output, chat.legacy_functions, collected)
         return JSONResponse(body)
 
-    async def _streamed(self, chat: ChatCompletionRequest, duet: Duet, source: "_EventSource", completion_id: str) -> Response:
-        try:
-            # Hold the status line back until the duet's first event: failures that come fast (a
-            # bad upstream key, an unreachable server) get a real HTTP status. A slow start is
-            # committed after one ping interval, so the client sees keep-alives, not nothing.
-            first = await source.first(timeout=self.ping_interval)
-            if isinstance(first, Failed):
-                await source.close()
-                return as_api_error(first.error).response()
-            encoder = ChunkEncoder(completion_id, int(time.time()), chat.model)
-            adapter = StreamAdapter(encoder, duet.reasoning_output, chat.legacy_functions, chat.include_usage)
-            return EventStreamResponse(source.chunks(encoder, adapter), on_close=source.close, ping_interval=self.ping_interval)
-        except BaseException:
-            await source.close()
-            raise
+    def _streamed(self, chat: ChatCompletionRequest, duet: Duet, source: "_EventSource", completion_id: str) -> Response:
+        encoder = ChunkEncoder(completion_id, int(time.time()), chat.model)
+        source.adapter = StreamAdapter(encoder, duet.reasoning_output, chat.legacy_functions, chat.include_usage)
+        source.first_wait = self.ping_interval
+        return EventStreamResponse(source, ping_interval=self.ping_interval)
 
 
 class _EventSource:
-    """One request's event stream, closed exactly once however the response ends (finished,
-    failed, client gone, or never started), which cancels the duet's model calls if still running."""
+    """One request's run as an :class:`~api.sse.EventSource`. Closed exactly once however the
+    response ends (finished, failed, client gone, never started), which stops the duet's model
+    calls if they still run."""
 
-    def __init__(self, service: ChatCompletionsService, events: AsyncIterator[DuetEvent]) -> None:
+    adapter: StreamAdapter
+    first_wait: float = 5.0
+
+    def __init__(self, service: ChatCompletionsService, run: DuetStream) -> None:
         self._service = service
-        self._events = events
-        self._first: asyncio.Future[DuetEvent] | None = None
+        self._run = run
+        self._first: list[DuetEvent] = []
         self._closed = False
         service.in_flight += 1
 
-    async def first(self, timeout: float) -> DuetEvent | None:
-        """The first event if it comes within ``timeout`` seconds, else ``None`` (still on its way)."""
-        self._first = asyncio.ensure_future(anext(self._events))  # type: ignore[arg-type]
-        await asyncio.wait({self._first}, timeout=timeout)
-        return self._first.result() if self._first.done() else None
+    async def start(self) -> Response | None:
+        # Hold the status line back until the duet's first event, so failures that come fast (a
+        # bad upstream key, an unreachable server) get a real HTTP status. A slow start is
+        # committed after one ping interval: the client then sees keep-alives, not nothing.
+        self._first = await self._run.next_batch(timeout=self.first_wait)
+        if self._first and isinstance(self._first[0], Failed):
+            return as_api_error(self._first[0].error).response()
+        return None
 
     async def collect(self) -> list[DuetEvent]:
-        return [event async for event in self._events]
+        return [event async for event in self._run]
 
-    async def chunks(self, encoder: ChunkEncoder, adapter: StreamAdapter) -> AsyncIterator[bytes]:
-        yield encoder.role()
-        assert self._first is not None
-        event = await self._first
-        while True:
-            chunk = adapter.encode(event)
-            if chunk:
-                yield chunk
-            if event.kind in _END_KINDS:
-                return
-            event = await anext(self._events)  # type: ignore[arg-type]
+    async def chunks(self) -> AsyncIterator[bytes]:
+        encode = self.adapter.encode
+        yield self.adapter.encoder.role() + b"".join(encode(event) for event in self._first)
+        while not self._run.ended:
+            batch = await self._run.next_batch()
+            yield encode(batch[0]) if len(batch) == 1 else b"".join(encode(event) for event in batch)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._service.in_flight -= 1
-        if self._first is not None and not self._first.done():
-            self._first.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._first
-        await self._events.aclose()  # type: ignore[attr-defined]
+        await self._run.close()

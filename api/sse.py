@@ -1,17 +1,17 @@
-"""A streaming response that notices at once when the client goes away, and keeps quiet
-connections alive.
+"""A streaming response that notices at once when the client goes away, keeps quiet connections
+alive, and can still answer with a proper error status if the stream fails before it starts.
 
 Starlette's ``StreamingResponse`` on ASGI 2.4 servers learns of a disconnect only when a write
 fails, which during a long silent stretch (a model still thinking) can be minutes later. Here a
-watcher waits for ``http.disconnect`` and cancels the writer, whose body iterator then cancels the
-duet's model calls. A heartbeat writes ``: ping`` when nothing was sent for ``ping_interval``.
+watcher waits for ``http.disconnect`` and cancels the writer, whose source then cancels the duet's
+model calls. A heartbeat writes ``: ping`` when nothing was sent for ``ping_interval``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -25,36 +25,47 @@ _HEADERS = [
 ]
 
 
+class EventSource(Protocol):
+    """What an :class:`EventStreamResponse` streams."""
+
+    async def start(self) -> Response | None:
+        """Waits for the stream to begin. Returns a response to send *instead* (an error that
+        happened before the first byte), or ``None`` to stream :meth:`chunks`."""
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Framed SSE bytes."""
+
+    async def close(self) -> None:
+        """Called exactly once, however the response ends."""
+
+
 async def wait_for_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
 
 
 class EventStreamResponse(Response):
-    """Sends ``body`` (already framed SSE bytes) as ``text/event-stream``; ``on_close`` runs however
-    the response ends."""
+    """Streams an :class:`EventSource` as ``text/event-stream``.
+
+    The endpoint returns this at once; the status line is sent when the source has started, so
+    the time the app takes to return a response overlaps with the models starting up."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: AsyncIterator[bytes], *, on_close: Callable[[], Awaitable[None]], ping_interval: float) -> None:
+    def __init__(self, source: EventSource, *, ping_interval: float) -> None:
         self.status_code = 200
         self.background = None
-        self._body = body
-        self._on_close = on_close
+        self._source = source
         self._ping_interval = ping_interval
         self._last_write = 0.0
         self._finished = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        loop = asyncio.get_running_loop()
-        tasks: list[asyncio.Task[None]] = []
+        tasks = [asyncio.create_task(self._run(scope, receive, send)), asyncio.create_task(wait_for_disconnect(receive))]
+        writer = tasks[0]
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-            self._last_write = loop.time()
-            writer = asyncio.create_task(self._write(send))
-            tasks = [writer, asyncio.create_task(wait_for_disconnect(receive)), asyncio.create_task(self._heartbeat(send))]
-            await asyncio.wait(tasks[:2], return_when=asyncio.FIRST_COMPLETED)
-            if writer.done() and not writer.cancelled() and writer.exception() is not None:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if writer.done() and writer.exception() is not None:
                 raise writer.exception()  # type: ignore[misc]
         finally:
             for task in tasks:
@@ -62,18 +73,26 @@ class EventStreamResponse(Response):
             for task in tasks:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await task  # an error of the writer was raised above already
-            await self._on_close()
+            await self._source.close()
 
-    async def _write(self, send: Send) -> None:
+    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+        instead = await self._source.start()
+        if instead is not None:
+            await instead(scope, receive, send)
+            return
         loop = asyncio.get_running_loop()
+        await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+        self._last_write = loop.time()
+        heartbeat = asyncio.create_task(self._heartbeat(send))
         try:
-            async for chunk in self._body:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                self._last_write = loop.time()
+            async for chunk in self._source.chunks():
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    self._last_write = loop.time()
             self._finished = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await self._body.aclose()  # type: ignore[attr-defined]
+            heartbeat.cancel()
 
     async def _heartbeat(self, send: Send) -> None:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,174 @@
+"""Duet's overhead against calling the upstream models directly.
+
+Starts the scripted upstream (``tests/scripted_upstream.py``) and ``duet serve`` as separate
+processes on loopback, then measures, for a streamed two-stage request (reasoning N tokens, then
+answer N tokens):
+
+- time to first token: Duet's first reasoning delta vs the reasoning model's first delta, direct;
+- requests/s at concurrency 1 and 16: through Duet vs a client making both upstream calls itself;
+- Duet's own CPU time per request (user + system time of the ``duet`` process, from /proc).
+
+Run from the repository root: ``python bench/bench.py`` (``--help`` for options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+REASONER, ANSWER = "bench-r1", "bench-answer"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(url) as response:
+                    if response.status < 500:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up")
+            await asyncio.sleep(0.1)
+
+
+class Client:
+    """Streams one chat completion and notes when the first token and the end arrive."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+
+    async def stream(self, url: str, model: str) -> tuple[float, float]:
+        body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Plan a picnic for four."}]}
+        start = time.perf_counter()
+        first = 0.0
+        async with self.session.post(url, json=body) as response:
+            assert response.status == 200, await response.text()
+            async for line in response.content:
+                if not first and (b'"reasoning_content"' in line or b'"content":"' in line and b'"content":""' not in line):
+                    first = time.perf_counter() - start
+        return first, time.perf_counter() - start
+
+
+async def direct_pair(client: Client, upstream: str) -> tuple[float, float]:
+    """What a client without Duet does: ask the reasoning model, then the answer model."""
+    first, _ = await client.stream(upstream, REASONER)
+    _, _ = await client.stream(upstream, ANSWER)
+    return first, 0.0
+
+
+async def throughput(call, concurrency: int, seconds: float) -> float:
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await call()
+            done += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (time.perf_counter() - start)
+
+
+async def measure(args: argparse.Namespace, duet_pid: int, duet_url: str, upstream_url: str) -> dict[str, float]:
+    results: dict[str, float] = {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        client = Client(session)
+        duet_call = lambda: client.stream(duet_url, "duet")  # noqa: E731
+        direct_call = lambda: direct_pair(client, upstream_url)  # noqa: E731
+        for _ in range(args.warmup):
+            await duet_call()
+            await direct_call()
+
+        ttft_direct = [(await client.stream(upstream_url, REASONER))[0] for _ in range(args.requests)]
+        ttft_duet = [(await duet_call())[0] for _ in range(args.requests)]
+        results["ttft_direct_ms"] = statistics.median(ttft_direct) * 1000
+        results["ttft_duet_ms"] = statistics.median(ttft_duet) * 1000
+        results["ttft_overhead_ms"] = results["ttft_duet_ms"] - results["ttft_direct_ms"]
+
+        cpu_before = cpu_seconds(duet_pid)
+        for _ in range(args.requests):
+            await duet_call()
+        results["duet_cpu_ms_per_request"] = (cpu_seconds(duet_pid) - cpu_before) / args.requests * 1000
+
+        for concurrency in (1, 16):
+            results[f"rps_direct_c{concurrency}"] = await throughput(direct_call, concurrency, args.seconds)
+            results[f"rps_duet_c{concurrency}"] = await throughput(duet_call, concurrency, args.seconds)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=40, help="tokens per stage (default 40)")
+    parser.add_argument("--requests", type=int, default=300, help="requests for the TTFT and CPU figures")
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+
+    upstream_port, duet_port = free_port(), free_port()
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port),
+         "--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens)],
+        cwd=ROOT, stdout=subprocess.DEVNULL,
+    )
+    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
+    env = dict(
+        os.environ,
+        DUET_PORT=str(duet_port),
+        DUET_REASONER_BASE_URL=upstream_base,
+        DUET_REASONER_MODEL=REASONER,
+        DUET_ANSWER_BASE_URL=upstream_base,
+        DUET_ANSWER_MODEL=ANSWER,
+        DUET_API_KEYS="",
+        DUET_LOG_LEVEL="warning",
+    )
+    duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    try:
+        asyncio.run(wait_http(f"http://127.0.0.1:{duet_port}/health"))
+        asyncio.run(wait_http(f"{upstream_base}/models"))
+        results = asyncio.run(
+            measure(args, duet.pid, f"http://127.0.0.1:{duet_port}/v1/chat/completions", f"{upstream_base}/chat/completions")
+        )
+    finally:
+        for process in (duet, upstream):
+            process.terminate()
+            process.wait(10)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"streamed two-stage request, {args.tokens} reasoning + {args.tokens} answer tokens, {os.cpu_count()} cores")
+    print(f"  time to first token   direct {results['ttft_direct_ms']:.2f} ms   duet {results['ttft_duet_ms']:.2f} ms   overhead {results['ttft_overhead_ms']:.2f} ms")
+    print(f"  duet CPU per request  {results['duet_cpu_ms_per_request']:.2f} ms")
+    for c in (1, 16):
+        print(f"  requests/s c={c:<3}      direct {results[f'rps_direct_c{c}']:.1f}   duet {results[f'rps_duet_c{c}']:.1f}")
+
+
+if __name__ == "__main__":
+    main()
