@@ -17,7 +17,14 @@ from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT
 from .conversation import ConversationError, ImageURL, conversation_from_openai
 from .duet import Duet, DuetResult, DuetStream, load_team_config
-from .errors import DuetError, UpstreamConnectionError, UpstreamError, UpstreamStatusError, UpstreamTimeout
+from .errors import (
+    DuetError,
+    UpstreamConnectionError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
 from .events import (
     ContentDelta,
     DuetEvent,
@@ -77,6 +84,7 @@ __all__ = [
     "ToolCallsRequested",
     "UpstreamConnectionError",
     "UpstreamError",
+    "UpstreamProtocolError",
     "UpstreamStatusError",
     "UpstreamTimeout",
     "Usage",

@@ -24,5 +24,9 @@ class UpstreamConnectionError(UpstreamError):
     """The upstream could not be reached, or closed the connection before the model finished."""
 
 
+class UpstreamProtocolError(UpstreamError):
+    """The upstream's answer is not what the OpenAI protocol says (e.g. a chunk that is not JSON)."""
+
+
 class UpstreamTimeout(UpstreamError):
     """The upstream stayed silent for longer than the client's read timeout."""

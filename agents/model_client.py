@@ -41,7 +41,7 @@ from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel, Field
 from typing_extensions import Self
 
-from .errors import UpstreamConnectionError, UpstreamStatusError, UpstreamTimeout
+from .errors import UpstreamConnectionError, UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout
 
 ANSWER_MODEL_INFO: ModelInfo = {
     "vision": False,
@@ -352,7 +352,12 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 if data == b"[DONE]":
                     done = True
                     break
-                chunk = json.loads(data)
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise UpstreamProtocolError(
+                        f"{self._config.model} at {self._url} sent a chunk that is not JSON: {data[:200]!r}"
+                    ) from None
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 choices = chunk.get("choices")

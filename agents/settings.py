@@ -30,7 +30,9 @@ class ModelSettings(BaseModel):
     base_url: str = "http://localhost:11434/v1"
     model: str
     api_key_env: Optional[str] = Field(None, description="Environment variable that holds the API key.")
-    model_info: Optional[ModelInfo] = Field(None, description="AutoGen capabilities; sensible defaults for unknown models.")
+    model_info: Optional[dict[str, Any]] = Field(
+        None, description="AutoGen capabilities (vision, function_calling, ...), merged over the defaults for the part."
+    )
     create_args: dict[str, Any] = Field(default_factory=dict, description="Request fields sent with every call.")
     headers: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float = 10.0

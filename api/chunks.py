@@ -18,6 +18,10 @@ def _json(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
+    return _json({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens})
+
+
 class ChunkEncoder:
     """Renders the chunks of one streamed response (same ``id``, ``created`` and ``model`` on each)."""
 
@@ -54,11 +58,13 @@ class ChunkEncoder:
         return self._head + b'{"function_call":' + _json({"arguments": arguments}) + b"}" + self._TAIL
 
     def finish(self, reason: str) -> bytes:
+        # No usage here even when nobody asked for a usage chunk: AutoGen's client ignores the
+        # finish_reason of any chunk that carries usage.
         return self._head + b'{},"logprobs":null,"finish_reason":' + _json(reason) + b"}]}\n\n"
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
-        return self._prefix + b'"choices":[],"usage":' + _json(usage) + b"}\n\n"
+        """The ``stream_options.include_usage`` chunk: no choices, only usage."""
+        return self._prefix + b'"choices":[],"usage":' + _usage(prompt_tokens, completion_tokens) + b"}\n\n"
 
     @staticmethod
     def error(body: dict[str, object]) -> bytes:

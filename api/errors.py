@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agents import ConversationError, UpstreamError, UpstreamStatusError, UpstreamTimeout
+from agents import ConversationError, UpstreamError, UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout
 
 from .protocol import ErrorBody, ErrorDetail
 
@@ -42,7 +42,7 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(400, str(exc), param=exc.param, code="invalid_message")
     if isinstance(exc, UpstreamTimeout):
         return APIError(504, exc.message, type="upstream_error", code="upstream_timeout")
-    if isinstance(exc, UpstreamStatusError):
+    if isinstance(exc, (UpstreamStatusError, UpstreamProtocolError)):
         return APIError(502, exc.message, type="upstream_error", code="upstream_error")
     if isinstance(exc, UpstreamError):
         return APIError(502, exc.message, type="upstream_error", code="upstream_unavailable")

@@ -79,7 +79,10 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
 class StreamAdapter:
     """Turns the duet's events into chunk bytes for one response."""
 
-    __slots__ = ("encoder", "_enc", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "prompt_tokens", "completion_tokens")
+    __slots__ = (
+        "encoder", "_enc", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "_reasoning_source",
+        "prompt_tokens", "completion_tokens",
+    )
 
     def __init__(self, encoder: ChunkEncoder, reasoning_output: ReasoningOutput, legacy: bool, include_usage: bool) -> None:
         self.encoder = self._enc = encoder
@@ -88,6 +91,7 @@ class StreamAdapter:
         self._include_usage = include_usage
         self._think_open = False
         self._tool_index = 0
+        self._reasoning_source = ""
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
@@ -103,14 +107,19 @@ class StreamAdapter:
             text = self._enc.content(event.text)  # type: ignore[union-attr]
             return self._close_think() + text if self._think_open else text
         if kind == "reasoning":
+            if self._mode == "hidden":
+                return b""
+            text = event.text  # type: ignore[union-attr]
+            if event.source != self._reasoning_source:  # type: ignore[union-attr]
+                if self._reasoning_source:
+                    text = "\n\n" + text  # the answer model's thinking follows the reasoner's
+                self._reasoning_source = event.source  # type: ignore[union-attr]
             if self._mode == "reasoning_content":
-                return self._enc.reasoning(event.text)  # type: ignore[union-attr]
-            if self._mode == "think":
-                if self._think_open:
-                    return self._enc.content(event.text)  # type: ignore[union-attr]
-                self._think_open = True
-                return self._enc.content("<think>\n" + event.text)  # type: ignore[union-attr]
-            return b""
+                return self._enc.reasoning(text)
+            if self._think_open:
+                return self._enc.content(text)
+            self._think_open = True
+            return self._enc.content("<think>\n" + text)
         if kind == "usage":
             self.prompt_tokens += event.prompt_tokens  # type: ignore[union-attr]
             self.completion_tokens += event.completion_tokens  # type: ignore[union-attr]
@@ -140,11 +149,24 @@ class StreamAdapter:
         return b""
 
 
+def reasoning_text(events: list[DuetEvent]) -> str:
+    """All reasoning of a run; a new paragraph where the answer model's thinking follows the reasoner's."""
+    parts: list[str] = []
+    source = ""
+    for event in events:
+        if event.kind == "reasoning":
+            if event.source != source and source:  # type: ignore[union-attr]
+                parts.append("\n\n")
+            source = event.source  # type: ignore[union-attr]
+            parts.append(event.text)  # type: ignore[union-attr]
+    return "".join(parts)
+
+
 def completion_body(
     completion_id: str, created: int, model: str, reasoning_output: ReasoningOutput, legacy: bool, events: list[DuetEvent]
 ) -> dict[str, Any]:
     """One ``chat.completion`` from all the events of a run."""
-    reasoning = "".join(e.text for e in events if e.kind == "reasoning")  # type: ignore[union-attr]
+    reasoning = reasoning_text(events)
     content = "".join(e.text for e in events if e.kind == "content")  # type: ignore[union-attr]
     calls = [call for e in events if e.kind == "tool_calls" for call in e.calls]  # type: ignore[union-attr]
     prompt = sum(e.prompt_tokens for e in events if e.kind == "usage")  # type: ignore[union-attr]

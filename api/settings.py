@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
@@ -61,6 +61,17 @@ class TeamPipelineSettings(BaseModel):
     reasoning_output: ReasoningOutput = "reasoning_content"
 
 
+def _pipeline_kind(value: Any) -> str:
+    has_team = isinstance(value, dict) and "team_file" in value or isinstance(value, TeamPipelineSettings)
+    return "team" if has_team else "models"
+
+
+PipelineEntry = Annotated[
+    Union[Annotated[PipelineSettings, Tag("models")], Annotated[TeamPipelineSettings, Tag("team")]],
+    Discriminator(_pipeline_kind),
+]
+
+
 class ConfigFile(BaseModel):
     """The YAML file: several pipelines, each a pair of models or a team file."""
 
@@ -68,7 +79,7 @@ class ConfigFile(BaseModel):
 
     api_keys: list[str] = Field(default_factory=list, description="Used when DUET_API_KEYS is not set.")
     ping_interval: Optional[float] = Field(None, gt=0)
-    pipelines: list[Union[PipelineSettings, TeamPipelineSettings]] = Field(min_length=1)
+    pipelines: list[PipelineEntry] = Field(min_length=1)
 
     @classmethod
     def load(cls, path: Path) -> "ConfigFile":

@@ -58,6 +58,7 @@ class Reply:
     fault: Fault | None = None
     fault_after: int = 0  # chunks sent before the fault
     interleave_calls: bool = False  # send parallel calls' fragments interleaved (index-keyed)
+    crlf: bool = False  # end SSE lines with \r\n (sse-starlette's default)
 
 
 @dataclass
@@ -299,16 +300,17 @@ class ScriptedUpstream:
     async def _stream(self, body: dict[str, Any], reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Streams the reply; returns False when the client hung up first (or a fault ended it)."""
         writer.write(self._head(200, "text/event-stream"))
+        end = b"\r\n\r\n" if reply.crlf else b"\n\n"
         for sent, event in enumerate(self._events(body, reply)):
             if reply.fault is not None and sent == reply.fault_after:
                 return await self._fault(reply, reader, writer)
-            _write_chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+            _write_chunk(writer, b"data: " + json.dumps(event).encode() + end)
             await writer.drain()
             if reply.delay_between and await _closed_within(reader, reply.delay_between):
                 return False
             if _hung_up(reader):
                 return False
-        _write_chunk(writer, b"data: [DONE]\n\n")
+        _write_chunk(writer, b"data: [DONE]" + end)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True

@@ -1,0 +1,167 @@
+"""Streaming and non-streaming answers, as the openai SDK and a byte-level parser see them."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer, sse_events
+from tests.scripted_upstream import Reply, ScriptedUpstream
+
+USER = [{"role": "user", "content": "What should I pack for a picnic?"}]
+
+
+@pytest.fixture
+def sdk(duet: DuetServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{duet.base_url}/v1", api_key=API_KEY, max_retries=0)
+
+
+def script_plain(upstream: ScriptedUpstream) -> None:
+    upstream.script(REASONER, Reply(reasoning=["Four people", " need", " food."]))
+    upstream.script(ANSWER, Reply(content=["Bring ", "sandwiches."], usage=(30, 2)))
+
+
+def test_sdk_stream_accumulates_reasoning_and_answer(sdk: openai.OpenAI, upstream: ScriptedUpstream) -> None:
+    script_plain(upstream)
+    with sdk.chat.completions.stream(model="duet", messages=USER, stream_options={"include_usage": True}) as stream:
+        final = stream.get_final_completion()
+    message = final.choices[0].message
+    assert message.content == "Bring sandwiches."
+    assert message.model_extra["reasoning_content"] == "Four people need food."
+    assert final.choices[0].finish_reason == "stop"
+    assert final.usage is not None and final.usage.completion_tokens == 3 + 2  # both stages summed
+    assert final.usage.prompt_tokens > 30
+
+
+def test_answer_model_sees_the_reasoning(sdk: openai.OpenAI, upstream: ScriptedUpstream) -> None:
+    script_plain(upstream)
+    sdk.chat.completions.create(model="duet", messages=USER)
+    answer_request = upstream.requests_for(ANSWER)[0].body
+    system = answer_request["messages"][0]
+    assert system["role"] == "system" and "Four people need food." in system["content"]
+    assert answer_request["messages"][1:] == USER
+
+
+def test_non_stream_completion(sdk: openai.OpenAI, upstream: ScriptedUpstream) -> None:
+    script_plain(upstream)
+    completion = sdk.chat.completions.create(model="duet", messages=USER)
+    assert completion.object == "chat.completion"
+    assert completion.choices[0].message.content == "Bring sandwiches."
+    assert completion.choices[0].message.model_extra["reasoning_content"] == "Four people need food."
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.completion_tokens == 5 and completion.usage.prompt_tokens > 30
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+
+
+def test_stream_framing_matches_the_dify_contract(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    script_plain(upstream)
+    body = {"model": "duet", "stream": True, "messages": USER, "stream_options": {"include_usage": True}}
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        raw = response.read()
+    assert b"\r" not in raw and raw.endswith(b"data: [DONE]\n\n")
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert all("choices" in c for c in chunks)
+    assert len({(c["id"], c["created"], c["model"]) for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    for delta in deltas[1:]:
+        assert not ("reasoning_content" in delta and "content" in delta), delta
+        assert delta.get("reasoning_content", "x") != "" and delta.get("content", "x") != "" or delta == {}
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finishes == ["stop"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"  # the last chunk with choices
+    reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+    content = "".join(d.get("content", "") for d in deltas)
+    assert (reasoning, content) == ("Four people need food.", "Bring sandwiches.")
+    assert [i for i, d in enumerate(deltas) if "reasoning_content" in d] < [i for i, d in enumerate(deltas) if d.get("content")]
+
+
+def test_no_usage_unless_asked(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """Strict clients index ``choices[0]`` of every chunk, and AutoGen ignores the finish reason of a
+    chunk that carries usage: without ``stream_options.include_usage`` there is no usage at all."""
+    script_plain(upstream)
+    raw = http.post("/v1/chat/completions", json={"model": "duet", "stream": True, "messages": USER}).content
+    chunks = sse_events(raw)[:-1]
+    assert all(c["choices"] for c in chunks)
+    assert not any("usage" in c for c in chunks)
+
+
+def test_reasoning_streams_before_the_answer_model_is_called(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """The first reasoning delta reaches the client while the reasoning model is still thinking."""
+    upstream.script(REASONER, Reply(reasoning=["first thought", " second", " third"], delay_between=0.4))
+    with http.stream("POST", "/v1/chat/completions", json={"model": "duet", "stream": True, "messages": USER}) as response:
+        lines = response.iter_lines()
+        for line in lines:
+            if "reasoning_content" in line:
+                break
+        assert "first thought" in line
+        assert upstream.requests_for(ANSWER) == []  # the answer model has not been asked yet
+        assert not upstream.requests_for(REASONER)[0].ended.is_set()
+        rest = "\n".join(lines)
+    assert "echo: " in rest
+
+
+def test_answer_only_pipeline(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    upstream.script(ANSWER, Reply(content=["alone"]))
+    completion = http.post("/v1/chat/completions", json={"model": "answer-only", "messages": USER}).json()
+    assert completion["choices"][0]["message"]["content"] == "alone"
+    assert "reasoning_content" not in completion["choices"][0]["message"]
+    assert upstream.requests_for(REASONER) == []
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/chat/completions"])
+def test_both_route_prefixes(http: httpx.Client, upstream: ScriptedUpstream, path: str) -> None:
+    response = http.post(path, json={"model": "duet", "messages": USER})
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"].startswith("echo: ")
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/models"])
+def test_models_lists_the_pipelines(http: httpx.Client, path: str) -> None:
+    models = http.get(path).json()
+    assert models["object"] == "list"
+    names = [m["id"] for m in models["data"]]
+    assert names[:4] == ["duet", "duet-think", "duet-hidden", "answer-only"]
+    assert all(m["object"] == "model" for m in models["data"])
+
+
+def test_health(duet: DuetServer) -> None:
+    health = httpx.get(f"{duet.base_url}/health").json()  # no key needed for probes
+    assert health["status"] == "ok" and "duet" in health["pipelines"]
+
+
+def test_inline_think_tags_from_the_answer_model_become_reasoning(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """A model served without a reasoning parser writes <think> inline: still reasoning, not answer."""
+    upstream.script(REASONER, Reply(reasoning=["plan"]))
+    upstream.script(ANSWER, Reply(content=["<thi", "nk>checking", " facts</th", "ink>\n\nThe answer."]))
+    completion = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).json()
+    message = completion["choices"][0]["message"]
+    assert message["content"] == "The answer."
+    assert message["reasoning_content"] == "plan\n\nchecking facts"  # a new source starts a new paragraph
+
+
+def test_reasoning_field_variant_and_plain_reasoner(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """Servers that call it ``reasoning`` (Ollama, vLLM) work; a reasoner without a thinking field
+    contributes its whole reply as reasoning."""
+    upstream.script(REASONER, Reply(reasoning=["via ", "reasoning"], reasoning_field="reasoning"))
+    first = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).json()
+    assert first["choices"][0]["message"]["reasoning_content"] == "via reasoning"
+    upstream.script(REASONER, Reply(content=["plain ", "thoughts"]))
+    second = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).json()
+    assert second["choices"][0]["message"]["reasoning_content"] == "plain thoughts"
+
+
+def test_reasoner_call_is_closed_when_thinking_ends(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """The reasoning model's draft answer is not waited for: the call ends with the thinking."""
+    upstream.script(REASONER, Reply(reasoning=["think"], content=["a draft ", "nobody reads"] * 5, delay_between=0.2))
+    completion = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).json()
+    assert completion["choices"][0]["message"]["reasoning_content"] == "think"
+    call = upstream.requests_for(REASONER)[0]
+    assert call.ended.wait(5) and call.aborted
+    assert call.finished_at - call.received_at < 1.0  # not the 2 s the draft would take

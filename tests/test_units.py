@@ -1,0 +1,139 @@
+"""The pure parts: think-tag splitting, message conversion, tool aliases, the model client's parser."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, SystemMessage, UserMessage
+
+from agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
+from agents.conversation import MISSING_RESULT, as_transcript
+from agents.thinking import ThinkTagSplitter, strip_think_blocks
+from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+from workbenches import DuetWorkbench, ProxyTool, model_safe_name
+
+
+def split(pieces: list[str]) -> tuple[str, str]:
+    splitter = ThinkTagSplitter()
+    reasoning, content = "", ""
+    for piece in pieces:
+        r, c = splitter.feed(piece)
+        reasoning, content = reasoning + r, content + c
+    r, c = splitter.flush()
+    return reasoning + r, content + c
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        (["<think>", "a", "b", "</think>", "answer"], ("ab", "answer")),  # the stock client's markers
+        (["<think>plan</think>\n\nHi"], ("plan", "Hi")),
+        (["  <th", "ink>x</thi", "nk>", "\n\n", "y"], ("x", "y")),  # tags split anywhere
+        (["Hello <think> is a tag"], ("", "Hello <think> is a tag")),  # not at the start: content
+        (["<think>never closed"], ("never closed", "")),
+        (["plain ", "text"], ("", "plain text")),
+        (["<", "b>bold</b>"], ("", "<b>bold</b>")),
+        (["<think>a < b </think>c"], ("a < b ", "c")),
+    ],
+)
+def test_think_tag_splitter(pieces: list[str], expected: tuple[str, str]) -> None:
+    assert split(pieces) == expected
+
+
+def test_strip_think_blocks() -> None:
+    assert strip_think_blocks("<think>\nplan\n</think>\n\nAnswer") == "Answer"
+    assert strip_think_blocks("<think>a</think>one<think>b</think>two") == "onetwo"
+    assert strip_think_blocks("no tags") == "no tags"
+
+
+def test_model_safe_names() -> None:
+    assert model_safe_name("get_weather-2") == "get_weather-2"
+    alias = model_safe_name("kb.search/v2")
+    assert alias.startswith("kb_search_v2_") and alias == model_safe_name("kb.search/v2")
+    assert model_safe_name("kb.search/v2") != model_safe_name("kb_search/v2")
+    assert len(model_safe_name("x" * 200)) <= 64
+
+
+def test_workbench_shadows_service_tools_with_client_tools() -> None:
+    from autogen_core.tools import FunctionTool
+
+    def lookup(query: str) -> str:
+        return query
+
+    service = FunctionTool(lookup, description="service lookup")
+    client = ProxyTool("lookup", "client lookup", {"type": "object"})
+    workbench = DuetWorkbench.for_request([service], [client])
+    assert [t.name for t in workbench.tools] == ["lookup"] and workbench.client_tool("lookup") is client
+    schemas = asyncio.run(workbench.list_tools())
+    assert schemas == [{"name": "lookup", "description": "client lookup", "parameters": {"type": "object"}}]
+
+
+def test_conversation_repairs_and_strictness() -> None:
+    conversation = conversation_from_openai(
+        [
+            {"role": "developer", "content": [{"type": "text", "text": "rules"}]},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}},
+                {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "ra"},
+            {"role": "tool", "tool_call_id": "zzz", "name": "h", "content": "orphan"},
+        ]
+    )
+    assert isinstance(conversation[0], SystemMessage) and conversation[0].content == "rules"
+    assert isinstance(conversation[2], AssistantMessage) and conversation[2].content[0].arguments == '{"x": 1}'  # type: ignore[union-attr]
+    results = conversation[3]
+    assert isinstance(results, FunctionExecutionResultMessage)
+    assert [(r.call_id, r.content) for r in results.content] == [("a", "ra"), ("b", MISSING_RESULT)]
+    assert isinstance(conversation[4], UserMessage) and "orphan" in conversation[4].content  # type: ignore[operator]
+    with pytest.raises(ConversationError) as error:
+        conversation_from_openai([{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": {}}]}])
+    assert error.value.param == "messages[1].tool_calls[0]"
+
+
+def test_transcript_for_a_reasoner_without_tools() -> None:
+    transcript = as_transcript(conversation_from_openai([
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "looking", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "42"},
+        {"role": "user", "content": "and?"},
+    ]))
+    assert [type(m).__name__ for m in transcript] == ["UserMessage", "AssistantMessage", "UserMessage"]
+    assert transcript[2].content == "[tool f returned]\n42\n\nand?"
+
+
+def test_model_client_reassembles_what_servers_send() -> None:
+    """Interleaved parallel calls, CRLF framing, repeated names, then a truncated stream."""
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        upstream.script("m", Reply(reasoning=["r"], content=["c"], tool_calls=[ScriptedCall("f", '{"a": 1}'), ScriptedCall("g", '{"b": 2}')],
+                                   interleave_calls=True))
+        items = [item async for item in client.create_stream([UserMessage(content="x", source="user")])]
+        result = items[-1]
+        assert items[:-1] == ["<think>r", "</think>", "c"]
+        assert [(c.name, json.loads(c.arguments)) for c in result.content] == [("f", {"a": 1}), ("g", {"b": 2})]
+        assert result.thought == "c" and result.finish_reason == "function_calls"
+        upstream.script("m", Reply(content=["a", "b"], crlf=True))
+        items = [item async for item in client.create_stream([UserMessage(content="x", source="user")])]
+        assert items[:-1] == ["a", "b"] and items[-1].content == "ab"
+        upstream.script("m", Reply(content=["partial"], fault="disconnect", fault_after=2))
+        with pytest.raises(UpstreamConnectionError):
+            async for _ in client.create_stream([UserMessage(content="x", source="user")]):
+                pass
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        asyncio.run(main(upstream))
+
+
+def test_model_client_component_round_trip() -> None:
+    from autogen_core.models import ChatCompletionClient
+
+    client = OpenAICompatibleClient("m", "http://h/v1", api_key="secret", api_key_env="MY_KEY", create_args={"temperature": 0.1})
+    dumped = client.dump_component()
+    assert "secret" not in dumped.model_dump_json()
+    loaded = ChatCompletionClient.load_component(dumped)
+    assert isinstance(loaded, OpenAICompatibleClient) and loaded.model == "m" and loaded.base_url == "http://h/v1"
