@@ -5,6 +5,7 @@ Public API:
 - :class:`Duet` — a pipeline ready to run (from settings or a team file); ``stream()`` yields events;
 - :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components);
 - :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
+- :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
 - :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``);
 - settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`;
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
@@ -16,9 +17,10 @@ Public API:
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT
 from .conversation import ConversationError, ImageURL, conversation_from_openai
-from .duet import Duet, DuetResult, DuetStream, load_team_config
+from .duet import Duet, DuetResult, DuetStream, load_team, load_team_config
 from .errors import (
     DuetError,
+    TeamLoadError,
     UpstreamConnectionError,
     UpstreamError,
     UpstreamProtocolError,
@@ -47,7 +49,7 @@ from .settings import (
     ReasonerSettings,
     ReasoningOutput,
 )
-from .team import ANSWERER_NAME, REASONER_NAME, build_team
+from .team import ANSWERER_NAME, REASONER_NAME, build_team, export_team
 
 __all__ = [
     "ANSWERER_NAME",
@@ -80,6 +82,7 @@ __all__ = [
     "ReasoningAgentConfig",
     "ReasoningDelta",
     "ReasoningOutput",
+    "TeamLoadError",
     "ToolCall",
     "ToolCallsRequested",
     "UpstreamConnectionError",
@@ -89,7 +92,9 @@ __all__ = [
     "UpstreamTimeout",
     "Usage",
     "build_team",
+    "export_team",
     "conversation_from_openai",
     "current_run",
+    "load_team",
     "load_team_config",
 ]

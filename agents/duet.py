@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 from autogen_agentchat.base import Team
 from autogen_agentchat.messages import HandoffMessage, TextMessage
-from autogen_core import CancellationToken, ComponentModel, SingleThreadedAgentRuntime
+from autogen_core import CancellationToken, ComponentLoader, ComponentModel, SingleThreadedAgentRuntime
 from autogen_core.models import ChatCompletionClient, LLMMessage
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel
@@ -22,6 +23,7 @@ from workbenches import DuetWorkbench, ProxyTool, proxy_tools_from_openai
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT, workbench_from_config
 from .conversation import conversation_from_openai, last_user_text
+from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .model_client import ANSWER_MODEL_INFO
 from .run_context import AnswerOptions, DuetRun, bind_run
@@ -223,7 +225,7 @@ class Duet:
         (the non-client tools of its answer agent).
         """
         config = load_team_config(team)
-        prototype = Team.load_component(config)
+        prototype = load_team(config, origin=str(team) if isinstance(team, (str, Path)) else "component")
         service_tools = _service_tools_of(config)
         spare = [prototype]
 
@@ -354,11 +356,54 @@ class Duet:
 
 
 def load_team_config(team: ComponentModel | Mapping[str, Any] | str | Path) -> ComponentModel:
+    """A team component from a ``ComponentModel``, a dict, or the path of a JSON file."""
     if isinstance(team, ComponentModel):
         return team
     if isinstance(team, (str, Path)):
-        team = json.loads(Path(team).read_text())
-    return ComponentModel.model_validate(team)
+        try:
+            team = json.loads(Path(team).read_text())
+        except (OSError, ValueError) as exc:
+            raise TeamLoadError(f"cannot read team file {team}: {exc}") from exc
+    try:
+        return ComponentModel.model_validate(team)
+    except ValueError as exc:
+        raise TeamLoadError(f"not a component: {exc}") from exc
+
+
+def load_team(config: ComponentModel, origin: str = "component") -> Team:
+    """Loads a team; on failure the error names the provider path that broke."""
+    try:
+        return Team.load_component(config)
+    except Exception as exc:
+        raise TeamLoadError(f"cannot load team {origin}: {_diagnose(config, exc)}") from exc
+
+
+def _components(node: Any) -> Iterator[dict[str, Any]]:
+    """Every component in a dumped tree, innermost first."""
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _components(value)
+        if "provider" in node and "config" in node:
+            yield node
+    elif isinstance(node, list):
+        for item in node:
+            yield from _components(item)
+
+
+def _diagnose(config: ComponentModel, error: Exception) -> str:
+    tree = config.model_dump()
+    for component in _components(tree):
+        module_path, _, class_name = component["provider"].rpartition(".")
+        try:
+            getattr(importlib.import_module(module_path), class_name)
+        except Exception as exc:  # noqa: BLE001 - the report is the point
+            return f"provider '{component['provider']}' ({component.get('component_type')}) cannot be imported: {exc}"
+    for component in _components(tree):
+        try:
+            ComponentLoader.load_component(component)
+        except Exception as exc:  # noqa: BLE001
+            return f"provider '{component['provider']}' ({component.get('component_type')}) failed to load: {type(exc).__name__}: {exc}"
+    return f"{type(error).__name__}: {error}"
 
 
 def _service_tools_of(team: ComponentModel) -> list[BaseTool[Any, Any]]:

@@ -30,3 +30,7 @@ class UpstreamProtocolError(UpstreamError):
 
 class UpstreamTimeout(UpstreamError):
     """The upstream stayed silent for longer than the client's read timeout."""
+
+
+class TeamLoadError(DuetError):
+    """A team file could not be loaded; the message names the provider that failed."""

@@ -111,6 +111,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         splitter = ThinkTagSplitter()
         parts: list[str] = []
         result: CreateResult | None = None
+        stopped = False
         stream = self._model_client.create_stream(prompt, cancellation_token=cancellation_token)
         try:
             async for piece in stream:
@@ -118,12 +119,15 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                     result = piece
                     break
                 reasoning, content = splitter.feed(piece)
+                if content and self._stop_after_thinking and splitter.reasoning_finished:
+                    content = ""  # the thinking is complete and a draft answer begins: stop here
+                    stopped = True
                 text = reasoning + content
                 if text:
                     parts.append(text)
                     yield ReasoningDelta(text=text, source=self.name)
-                if self._stop_after_thinking and splitter.reasoning_finished:
-                    break  # the thinking is complete; what follows is a draft answer
+                if stopped:
+                    break
         finally:
             await stream.aclose()
         reasoning, content = splitter.flush()

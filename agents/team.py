@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import AgentRuntime
 from autogen_core.models import ChatCompletionClient
-from autogen_core.tools import Workbench
+from autogen_core.tools import BaseTool, Workbench
+
+from workbenches import DuetWorkbench, ProxyTool
 
 from .answer_agent import AnswerAgent
 from .base import CLIENT
 from .reasoning_agent import ReasoningAgent
-from .settings import PipelineSettings
+from .model_client import ANSWER_MODEL_INFO
+from .settings import REASONER_MODEL_INFO, ModelSettings, PipelineSettings
 
 REASONER_NAME = "reasoner"
 ANSWERER_NAME = "answerer"
@@ -67,3 +72,51 @@ def build_team(
         termination_condition=HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME]),
         runtime=runtime,
     )
+
+
+STOCK_OPENAI_CLIENT = "autogen_ext.models.openai.OpenAIChatCompletionClient"
+
+
+def export_team(
+    settings: PipelineSettings,
+    *,
+    client_tools: Sequence[ProxyTool] = (),
+    service_tools: Sequence[BaseTool[Any, Any]] = (),
+    studio: bool = False,
+) -> dict[str, Any]:
+    """The pipeline as a team component (JSON-ready), for AutoGen Studio or ``duet serve --team``.
+
+    Both agents share one :class:`~workbenches.DuetWorkbench` holding ``client_tools`` (as proxy
+    tools) and ``service_tools``. No secret is written: Duet's client names the environment variable
+    of its key. ``studio=True`` is the variant AutoGen Studio's UI edits best: tools listed under each
+    agent's ``tools`` and models as AutoGen's ``OpenAIChatCompletionClient`` (whose key Studio takes
+    from ``OPENAI_API_KEY``).
+    """
+    answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
+    reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO) if settings.reasoner else None
+    workbench = DuetWorkbench([*client_tools, *service_tools])
+    team = build_team(settings, answer_client, reasoner_client, workbench=workbench, tools_as_list=studio)
+    document = team.dump_component().model_dump(mode="json", exclude_none=True)
+    if studio:
+        parts = {ANSWERER_NAME: settings.answer, REASONER_NAME: settings.reasoner}
+        for participant in document["config"]["participants"]:
+            model = parts[participant["config"]["name"]]
+            assert model is not None
+            participant["config"]["model_client"] = _stock_client_component(model, participant["config"]["model_client"])
+    return document
+
+
+def _stock_client_component(model: ModelSettings, duet_client: dict[str, Any]) -> dict[str, Any]:
+    config: dict[str, Any] = {"model": model.model, "base_url": model.base_url, "model_info": duet_client["config"]["model_info"]}
+    config.update(model.create_args)
+    if model.headers:
+        config["default_headers"] = model.headers
+    return {
+        "provider": STOCK_OPENAI_CLIENT,
+        "component_type": "model",
+        "version": 1,
+        "component_version": 1,
+        "description": f"{model.model} at {model.base_url} (API key from OPENAI_API_KEY)",
+        "label": "OpenAIChatCompletionClient",
+        "config": config,
+    }

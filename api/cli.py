@@ -36,9 +36,25 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _export_team(args: argparse.Namespace) -> None:
-    from .export import export_team
+    from agents import PipelineSettings, export_team
+    from workbenches import proxy_tools_from_openai
 
-    document = export_team(config_path=args.config, pipeline=args.pipeline, tools_path=args.tools, studio=args.studio)
+    from .app import ServiceConfig
+    from .settings import EnvSettings
+
+    if args.config is not None:
+        os.environ["DUET_CONFIG"] = args.config
+    pipelines = ServiceConfig.from_env(EnvSettings()).pipelines
+    chosen = next((p for p in pipelines if args.pipeline in (None, p.name)), None)
+    if chosen is None:
+        raise SystemExit(f"duet: no pipeline named {args.pipeline!r}; there are: {', '.join(p.name for p in pipelines)}")
+    if not isinstance(chosen, PipelineSettings):
+        raise SystemExit(f"duet: pipeline {chosen.name!r} is already a team file")
+    tools = []
+    if args.tools:
+        data = json.loads(Path(args.tools).read_text())
+        tools = proxy_tools_from_openai(data["tools"] if isinstance(data, dict) else data)
+    document = export_team(chosen, client_tools=tools, studio=args.studio)
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)

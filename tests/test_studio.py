@@ -1,0 +1,111 @@
+"""AutoGen Studio (0.4.2.2, installed with --no-deps beside AutoGen 0.7.5) accepts and runs Duet's team.
+
+Validated through Studio's own code: its ValidationService in-process, its HTTP API
+(``autogenstudio ui``) on loopback, and its team manager (``autogenstudio serve``) running the team.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from autogen_core import ComponentModel
+from autogenstudio.validation.validation_service import ValidationService
+
+from agents import AnswerSettings, PipelineSettings, ReasonerSettings, export_team
+from tests.conftest import ANSWER, REASONER, ROOT, free_port, tool
+from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+from workbenches import model_safe_name, proxy_tools_from_openai
+
+STUDIO = str(Path(sys.executable).parent / "autogenstudio")
+LOOKUP = tool("kb.lookup", "Looks something up in the knowledge base.")
+
+
+def team_document(upstream: ScriptedUpstream, studio: bool) -> dict[str, Any]:
+    pipeline = PipelineSettings(
+        reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
+        answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER),
+    )
+    return export_team(pipeline, client_tools=proxy_tools_from_openai([LOOKUP]), studio=studio)
+
+
+class StudioProcess:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str], ready_path: str) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._log = log.open("w")
+        self.process = subprocess.Popen([STUDIO, *args, "--host", "127.0.0.1", "--port", str(self.port)],
+                                        cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, log.read_text()
+            try:
+                if httpx.get(self.base_url + ready_path, timeout=2).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        raise RuntimeError(f"AutoGen Studio did not start:\n{log.read_text()}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def studio_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StudioProcess]:
+    directory = tmp_path_factory.mktemp("studio")
+    server = StudioProcess(["ui", "--appdir", str(directory / "app")], directory / "studio.log", {"OPENAI_API_KEY": "not-needed"}, "/api/health")
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("studio", [False, True])
+def test_studio_validation_service(upstream: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch, studio: bool) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "not-needed")
+    result = ValidationService.validate(ComponentModel.model_validate(team_document(upstream, studio)))
+    assert result.is_valid and result.errors == [], result
+
+
+@pytest.mark.parametrize("studio", [False, True])
+def test_studio_http_api_validates_and_imports(studio_ui: StudioProcess, upstream: ScriptedUpstream, studio: bool) -> None:
+    document = team_document(upstream, studio)
+    validation = httpx.post(f"{studio_ui.base_url}/api/validate/", json={"component": document}, timeout=30).json()
+    assert validation["is_valid"] and validation["errors"] == [], validation
+
+    created = httpx.post(f"{studio_ui.base_url}/api/teams/", json={"user_id": "duet-tests", "component": document}, timeout=30)
+    assert created.status_code == 200 and created.json()["status"], created.text
+    team_id = created.json()["data"]["id"]
+    stored = httpx.get(f"{studio_ui.base_url}/api/teams/{team_id}", params={"user_id": "duet-tests"}, timeout=30).json()
+    assert stored["data"]["component"] == document
+
+
+def test_studio_team_manager_runs_the_team(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """``autogenstudio serve --team`` runs a team file through Studio's TeamManager."""
+    team_file = tmp_path / "team.json"
+    team_file.write_text(json.dumps(team_document(upstream, studio=True)))
+    upstream.script(REASONER, Reply(reasoning=["Use ", "the knowledge base."]))
+    upstream.script(ANSWER, Reply(content=["Looking it up."], tool_calls=[ScriptedCall(model_safe_name("kb.lookup"), '{"query": "duet"}')]))
+    server = StudioProcess(["serve", "--team", str(team_file)], tmp_path / "serve.log", {"OPENAI_API_KEY": "not-needed"}, "/docs")
+    try:
+        answer = httpx.get(f"{server.base_url}/predict/What is Duet", timeout=60).json()
+    finally:
+        server.stop()
+    assert answer["status"], answer
+    messages = answer["data"]["task_result"]["messages"]
+    by_source = {(m["source"], m["type"]) for m in messages}
+    assert ("reasoner", "TextMessage") in by_source and ("answerer", "HandoffMessage") in by_source
+    reasoning = next(m for m in messages if m["source"] == "reasoner" and m["type"] == "TextMessage")
+    assert reasoning["content"] == "Use the knowledge base."
+    handoff = next(m for m in messages if m["type"] == "HandoffMessage")
+    assert handoff["target"] == "client" and handoff["context"][0]["content"][0]["name"] == model_safe_name("kb.lookup")
