@@ -20,6 +20,7 @@ from autogen_core.models import (
     SystemMessage,
 )
 from autogen_core.tools import BaseTool, ToolResult, Workbench
+from autogen_core.tools._workbench import StreamWorkbench  # not exported by autogen_core.tools (0.7.5)
 from typing_extensions import Self
 
 from workbenches import DuetWorkbench
@@ -104,6 +105,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         if tool_choice not in ("auto", "none", "required"):
             tool_choice = next(t for t in workbench.tools if t.name == tool_choice)  # type: ignore[union-attr]
         total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        turn: list[LLMMessage] = []  # what this turn adds to the conversation
 
         for round_number in range(self._max_tool_rounds + 1):
             if cancellation_token.is_cancelled():
@@ -155,12 +157,13 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 calls = calls[:1]
             client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
             service_calls = [call for call in calls if self._client_tool(workbench, call.name) is None]
+            results: list[FunctionExecutionResult] = []
             if service_calls:
-                results: list[FunctionExecutionResult] = []
                 async for event in self._run_service_calls(workbench, service_calls, results, cancellation_token):
                     yield event
-                history.append(AssistantMessage(content=service_calls, thought=answer or None, source=self.name))
-                history.append(FunctionExecutionResultMessage(content=results))
+            # The whole round, as the model made it: every call, then the results known here.
+            turn += [AssistantMessage(content=calls, thought=answer or None, source=self.name),
+                     FunctionExecutionResultMessage(content=results)]
             if client_calls:
                 yield ToolCallsRequested(
                     calls=[
@@ -168,16 +171,19 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                         for call in client_calls
                     ]
                 )
+                # The context is the turn the client will not see (service calls and their results,
+                # earlier service-only rounds): Duet keeps it for the follow-up with the client's results.
                 yield Response(
                     chat_message=HandoffMessage(
                         source=self.name,
                         target=CLIENT,
                         content=f"{self.name} asks the client to run {', '.join(c.name for c in client_calls)}.",
-                        context=[AssistantMessage(content=client_calls, thought=answer or None, source=self.name)],
+                        context=turn,
                         models_usage=total,
                     )
                 )
                 return
+            history += turn[-2:]
             if tool_choice != "none":
                 tool_choice = "auto"  # 'required' or a named tool applies to the first round only
 
@@ -217,8 +223,16 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             return failure(f"The arguments are not valid JSON: {exc}")
         if not isinstance(arguments, dict):
             return failure("The arguments must be a JSON object.")
-        result = await workbench.call_tool(call.name, arguments, cancellation_token, call_id=call.id)
-        return FunctionExecutionResult(content=_result_text(result), call_id=call.id, name=call.name, is_error=result.is_error)
+        result: ToolResult | None = None
+        if isinstance(workbench, StreamWorkbench):
+            async for item in workbench.call_tool_stream(call.name, arguments, cancellation_token, call_id=call.id):
+                if isinstance(item, ToolResult):
+                    result = item
+        else:
+            result = await workbench.call_tool(call.name, arguments, cancellation_token, call_id=call.id)
+        if result is None:
+            return failure(f"Tool {call.name} returned nothing.")
+        return FunctionExecutionResult(content=result.to_text(), call_id=call.id, name=call.name, is_error=result.is_error)
 
     def _to_config(self) -> AnswerAgentConfig:
         return AnswerAgentConfig(**self._base_config(), max_tool_rounds=self._max_tool_rounds)
@@ -235,7 +249,3 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             tools=list(workbench.tools) if config.tools is not None and workbench is not None else None,  # type: ignore[attr-defined]
             max_tool_rounds=config.max_tool_rounds,
         )
-
-
-def _result_text(result: ToolResult) -> str:
-    return result.to_text()

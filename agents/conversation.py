@@ -14,6 +14,7 @@ The conversion is forgiving where real clients are sloppy and strict where a mod
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any, Literal, Mapping, Sequence
 
@@ -65,6 +66,10 @@ class ImageURL(Image):
 
     def __repr__(self) -> str:
         return f"ImageURL({self.url[:60]!r})"
+
+
+DUET_CALL_ID = re.compile(r"^call_[0-9a-f]{24}$")
+"""The form of the tool-call ids Duet issues."""
 
 
 def new_call_id() -> str:

@@ -12,20 +12,28 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 from autogen_agentchat.base import Team
-from autogen_agentchat.messages import HandoffMessage, TextMessage
+from autogen_agentchat.messages import BaseChatMessage, HandoffMessage, TextMessage
 from autogen_core import CancellationToken, ComponentLoader, ComponentModel, SingleThreadedAgentRuntime
-from autogen_core.models import ChatCompletionClient, LLMMessage
+from autogen_core.models import AssistantMessage, ChatCompletionClient, FunctionExecutionResultMessage, LLMMessage
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel
 
-from workbenches import DuetWorkbench, ProxyTool, proxy_tools_from_openai
+from workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, bind_request, proxy_tools_from_openai
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT, workbench_from_config
-from .conversation import conversation_from_openai, last_user_text
+from .base import REASONING_METADATA
+from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results, last_user_text
 from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .model_client import ANSWER_MODEL_INFO
+from .continuations import (
+    Continuation,
+    ContinuationStore,
+    MemoryContinuationStore,
+    pending_call_ids,
+    splice,
+)
 from .run_context import AnswerOptions, DuetRun, bind_run
 from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, PipelineSettings, ReasoningOutput
@@ -111,7 +119,9 @@ class DuetStream:
         return self._pending.pop(0)
 
     async def close(self) -> None:
-        if self._driver.done():
+        """Stops the run if it is still going. A run that has handed out its last event is only
+        settling its team for reuse; that finishes on its own, off the caller's path."""
+        if self._driver.done() or self._ended:
             return
         self._token.cancel()
         try:
@@ -159,17 +169,18 @@ class TeamPool:
 
 class Duet:
     """A pipeline ready to run: a team of a :class:`ReasoningAgent` and an :class:`AnswerAgent` (or a
-    team file), the service's own tools, and how reasoning is shown.
+    team file), the tools the service runs itself, and how reasoning is shown.
 
-    Build it from settings or a team file, then run it on an OpenAI-style conversation::
+    Build it from settings or a team file, open it (starts its MCP servers), then run it on an
+    OpenAI-style conversation::
 
-        duet = Duet.from_settings(PipelineSettings(answer=AnswerSettings(model="qwen2.5"), reasoner=...))
-        async for event in duet.stream([{"role": "user", "content": "Hi"}], tools=openai_tools):
-            print(event)
+        async with Duet.from_settings(PipelineSettings(answer=AnswerSettings(model="qwen2.5:7b"))) as duet:
+            async for event in duet.stream([{"role": "user", "content": "Hi"}], tools=openai_tools):
+                print(event)
 
     Each run leases a team, binds the request (events sink, the request's workbench with the
-    client's tools as :class:`~workbenches.ProxyTool` objects, the answer options) and runs the
-    team on its AutoGen runtime.
+    client's tools as :class:`~workbenches.ProxyTool` objects beside the service tools, the answer
+    options) and runs the team on its AutoGen runtime.
     """
 
     def __init__(
@@ -177,22 +188,23 @@ class Duet:
         team_factory: Callable[[], TeamSlot],
         *,
         name: str = "duet",
-        service_tools: Sequence[BaseTool[Any, Any]] = (),
+        services: ServiceTools | None = None,
         reasoning_output: ReasoningOutput = "reasoning_content",
         model_clients: Sequence[ChatCompletionClient] = (),
+        continuations: ContinuationStore | None = None,
         max_idle_teams: int = 64,
     ) -> None:
         self.name = name
         self.reasoning_output: ReasoningOutput = reasoning_output
+        self.services = services or ServiceTools()
+        self.continuations = continuations or MemoryContinuationStore()
         self._team_factory = team_factory
         self._pool = TeamPool(team_factory, max_idle_teams)
-        self._service_tools = list(service_tools)
-        self.service_tool_names = {tool.name for tool in self._service_tools}
         self._model_clients = list(model_clients)
 
     @classmethod
-    def from_settings(cls, settings: PipelineSettings, *, service_tools: Sequence[BaseTool[Any, Any]] = ()) -> "Duet":
-        """Creates the pipeline's model clients once; every team it runs shares them."""
+    def from_settings(cls, settings: PipelineSettings, *, continuations: ContinuationStore | None = None) -> "Duet":
+        """Creates the pipeline's model clients and service tools once; every team it runs shares them."""
         answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
         reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO) if settings.reasoner else None
         clients = [c for c in (answer_client, reasoner_client) if c is not None]
@@ -204,9 +216,10 @@ class Duet:
         return cls(
             factory,
             name=settings.name,
-            service_tools=service_tools,
+            services=ServiceTools.from_settings(settings.tools),
             reasoning_output=settings.reasoning_output,
             model_clients=clients,
+            continuations=continuations,
         )
 
     @classmethod
@@ -216,6 +229,7 @@ class Duet:
         *,
         name: str = "duet",
         reasoning_output: ReasoningOutput = "reasoning_content",
+        continuations: ContinuationStore | None = None,
     ) -> "Duet":
         """Serves a team component (a dict, a ``ComponentModel`` or a JSON file path), e.g. one
         exported by ``duet export-team`` or edited in AutoGen Studio.
@@ -226,13 +240,34 @@ class Duet:
         """
         config = load_team_config(team)
         prototype = load_team(config, origin=str(team) if isinstance(team, (str, Path)) else "component")
-        service_tools = _service_tools_of(config)
         spare = [prototype]
 
         def factory() -> TeamSlot:
             return TeamSlot(spare.pop() if spare else Team.load_component(config))
 
-        return cls(factory, name=name, service_tools=service_tools, reasoning_output=reasoning_output)
+        return cls(factory, name=name, services=ServiceTools(_service_tools_of(config)), reasoning_output=reasoning_output,
+                   continuations=continuations)
+
+    @property
+    def service_tool_names(self) -> set[str]:
+        return {tool.name for tool in self.services.tools}
+
+    async def open(self) -> "Duet":
+        """Starts what runs beside the pipeline (its MCP servers). Raises if one cannot start."""
+        await self.services.open()
+        return self
+
+    async def close(self) -> None:
+        """Stops the MCP servers and closes the model clients this pipeline created."""
+        await self.services.close()
+        for client in self._model_clients:
+            await client.close()
+
+    async def __aenter__(self) -> "Duet":
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     def new_team(self) -> Team:
         """A fresh team of this pipeline, e.g. to run it with AgentChat directly or to dump it."""
@@ -266,18 +301,14 @@ class Duet:
         channel = _EventChannel()
         run = DuetRun(
             emit=channel.emit,
-            workbench=DuetWorkbench.for_request(self._service_tools, client_tools),
+            workbench=DuetWorkbench.for_request(self.services.tools, client_tools),
             options=options or AnswerOptions(),
             request_id=request_id or uuid.uuid4().hex,
             user=user,
             pipeline=self.name,
         )
         token = cancellation_token or CancellationToken()
-        slot = self._pool.acquire()
-        task = HandoffMessage(
-            source=CLIENT, target=slot.team.name, content=last_user_text(conversation) or "(continue)", context=conversation
-        )
-        return DuetStream(channel, asyncio.create_task(self._drive(slot, run, task, token)), token)
+        return DuetStream(channel, asyncio.create_task(self._drive(conversation, run, token)), token)
 
     async def stream(
         self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any
@@ -314,16 +345,30 @@ class Duet:
         result.content = "".join(content)
         return result
 
-    async def _drive(self, slot: TeamSlot, run: DuetRun, task: HandoffMessage, token: CancellationToken) -> None:
-        bind_run(run)  # this task's context; the runtime started below inherits it
-        if slot.runtime is not None:
-            slot.runtime.start()
+    async def _drive(self, conversation: list[LLMMessage], run: DuetRun, token: CancellationToken) -> None:
+        # Bound in this task's context; the runtime started below inherits both.
+        bind_run(run)
+        bind_request(RequestContext(request_id=run.request_id, user=run.user, pipeline=run.pipeline))
+        slot: TeamSlot | None = None
         clean = False
-        finish_reason: FinishReason = "stop"
         try:
+            conversation, earlier_reasoning = await self._restore(conversation)
+            task: list[BaseChatMessage] = [
+                HandoffMessage(source=CLIENT, target="duet", content=last_user_text(conversation) or "(continue)", context=conversation)
+            ]
+            if earlier_reasoning:  # the reasoning this tool round was started with
+                task.append(TextMessage(source="reasoner", content=earlier_reasoning, metadata=REASONING_METADATA))
+            slot = self._pool.acquire()
+            if slot.runtime is not None:
+                slot.runtime.start()
+            finish_reason: FinishReason = "stop"
+            reasoning: list[str] = []
             async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
-                if isinstance(message, HandoffMessage) and message.target == CLIENT:
+                if isinstance(message, TextMessage) and message.metadata.get("duet") == "reasoning" and message.content:
+                    reasoning.append(message.content)
+                elif isinstance(message, HandoffMessage) and message.target == CLIENT:
                     finish_reason = "tool_calls"
+                    await self._keep(message.context, "\n\n".join(reasoning) or earlier_reasoning)
                 elif isinstance(message, TextMessage) and "finish_reason" in message.metadata:
                     finish_reason = message.metadata["finish_reason"]  # type: ignore[assignment]
             run.emit(Finished(finish_reason=finish_reason))
@@ -334,7 +379,32 @@ class Duet:
         except Exception as exc:  # an agent already reported its own failure; this covers the rest
             run.emit(Failed(message=str(exc), error=exc))
         finally:
-            await self._settle(slot, clean)
+            if slot is not None:
+                await self._settle(slot, clean)
+
+    async def _restore(self, conversation: list[LLMMessage]) -> tuple[list[LLMMessage], str]:
+        """Puts back the hidden part of the tool round this request continues, if there is one."""
+        if not ends_with_tool_results(conversation):
+            return conversation, ""
+        call_ids = pending_call_ids(conversation)
+        continuation = await self.continuations.get(call_ids)
+        if continuation is None:
+            if any(DUET_CALL_ID.match(call_id) for call_id in call_ids):
+                logger.warning("no saved state for tool calls %s (expired, or another store): continuing without "
+                               "the part of the round the client did not see", ", ".join(call_ids))
+            return conversation, ""
+        return splice(conversation, continuation), continuation.reasoning
+
+    async def _keep(self, turn: Sequence[LLMMessage], reasoning: str) -> None:
+        """Saves the hidden part of a round that ends with client tool calls."""
+        if len(turn) < 2 or not isinstance(turn[-2], AssistantMessage) or not isinstance(turn[-1], FunctionExecutionResultMessage):
+            return
+        answered = {result.call_id for result in turn[-1].content}
+        client_ids = [call.id for call in turn[-2].content if call.id not in answered]  # type: ignore[union-attr]
+        try:
+            await self.continuations.put(client_ids, Continuation(turn=list(turn), reasoning=reasoning))
+        except Exception:  # the client still gets its calls; the follow-up will warn
+            logger.exception("could not save the state of tool calls %s", ", ".join(client_ids))
 
     async def _settle(self, slot: TeamSlot, clean: bool) -> None:
         """Resets a team that finished cleanly and returns it to the pool; drops any other."""

@@ -7,6 +7,8 @@ from typing import Any, Literal, Optional
 from autogen_core.models import ChatCompletionClient, ModelInfo
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbenches import ToolsSettings
+
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
 
 REASONER_MODEL_INFO: ModelInfo = {
@@ -95,6 +97,7 @@ class PipelineSettings(BaseModel):
     )
     reasoner: Optional[ReasonerSettings] = None
     answer: AnswerSettings
+    tools: ToolsSettings = Field(default_factory=ToolsSettings, description="Tools Duet runs itself, for every client.")
 
 
 __all__ = [

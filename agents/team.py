@@ -96,7 +96,7 @@ def export_team(
     reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO) if settings.reasoner else None
     workbench = DuetWorkbench([*client_tools, *service_tools])
     team = build_team(settings, answer_client, reasoner_client, workbench=workbench, tools_as_list=studio)
-    document = team.dump_component().model_dump(mode="json", exclude_none=True)
+    document = team.dump_component().model_dump(mode="json")
     if studio:
         parts = {ANSWERER_NAME: settings.answer, REASONER_NAME: settings.reasoner}
         for participant in document["config"]["participants"]:

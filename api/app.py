@@ -13,6 +13,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
 from agents import Duet, PipelineSettings
+from agents.continuations import DEFAULT_STATE_URL, ContinuationStore, open_store
+from workbenches import stop_shared_servers
 
 from .auth import BearerAuth
 from .errors import APIError, install_error_handlers
@@ -29,6 +31,7 @@ class ServiceConfig:
     pipelines: list[PipelineSettings | TeamPipelineSettings]
     api_keys: list[str] = field(default_factory=list)
     ping_interval: float = 5.0
+    state_url: str = DEFAULT_STATE_URL
 
     @classmethod
     def from_env(cls, env: EnvSettings | None = None) -> "ServiceConfig":
@@ -37,21 +40,23 @@ class ServiceConfig:
             pipelines: list[PipelineSettings | TeamPipelineSettings] = [
                 TeamPipelineSettings(name=env.model_name, team_file=env.team, reasoning_output=env.reasoning_output)
             ]
-            return cls(pipelines, env.keys, env.ping_interval)
+            return cls(pipelines, env.keys, env.ping_interval, env.state_url)
         if env.config is not None:
             file = ConfigFile.load(env.config)
             keys = env.keys or file.api_keys
-            return cls(list(file.pipelines), keys, file.ping_interval or env.ping_interval)
-        return cls([env.default_pipeline()], env.keys, env.ping_interval)
+            state_url = env.state_url if "state_url" in env.model_fields_set else (file.state_url or env.state_url)
+            return cls(list(file.pipelines), keys, file.ping_interval or env.ping_interval, state_url)
+        return cls([env.default_pipeline()], env.keys, env.ping_interval, env.state_url)
 
-    def build(self) -> dict[str, Duet]:
-        """Creates every pipeline (model clients, team files loaded and checked) once."""
+    def build(self, continuations: ContinuationStore) -> dict[str, Duet]:
+        """Creates every pipeline (model clients, service tools, team files loaded and checked) once."""
         duets: dict[str, Duet] = {}
         for pipeline in self.pipelines:
             if isinstance(pipeline, TeamPipelineSettings):
-                duets[pipeline.name] = Duet.from_team(pipeline.team_file, name=pipeline.name, reasoning_output=pipeline.reasoning_output)
+                duets[pipeline.name] = Duet.from_team(pipeline.team_file, name=pipeline.name,
+                                                      reasoning_output=pipeline.reasoning_output, continuations=continuations)
             else:
-                duets[pipeline.name] = Duet.from_settings(pipeline)
+                duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations)
         return duets
 
 
@@ -66,18 +71,23 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     # The runtime's OpenTelemetry spans cost ~0.2 ms per request; opt back in by setting it to "false".
     os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
     auth = BearerAuth(config.api_keys)
-    pipelines = config.build()
+    continuations = open_store(config.state_url)
+    pipelines = config.build(continuations)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.service = ChatCompletionsService(pipelines, ping_interval=config.ping_interval)
-        if not auth.enabled:
-            logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
-        logger.info("serving %s", ", ".join(pipelines))
         try:
+            for duet in pipelines.values():
+                await duet.open()  # MCP servers start here; one that cannot start stops the service
+            app.state.service = ChatCompletionsService(pipelines, ping_interval=config.ping_interval)
+            if not auth.enabled:
+                logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
+            logger.info("serving %s", ", ".join(pipelines))
             yield
         finally:
             await asyncio.gather(*(duet.close() for duet in pipelines.values()), return_exceptions=True)
+            await stop_shared_servers()
+            await continuations.close()
 
     app = FastAPI(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.", lifespan=lifespan)
     install_error_handlers(app)
@@ -97,7 +107,13 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         return svc.model_list()
 
     async def health(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
-        return {"status": "ok", "pipelines": list(svc.pipelines), "in_flight": svc.in_flight, "tasks": len(asyncio.all_tasks())}
+        return {
+            "status": "ok",
+            "pipelines": list(svc.pipelines),
+            "in_flight": svc.in_flight,
+            "tasks": len(asyncio.all_tasks()),
+            "mcp_servers": {name: duet.services.status() for name, duet in svc.pipelines.items() if duet.services.status()},
+        }
 
     # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
     for prefix in ("/v1", ""):

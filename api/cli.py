@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -13,7 +14,15 @@ from typing import Sequence
 import uvicorn
 
 
+def _import_from_working_directory() -> None:
+    """Function tools are named by import path (``mytools:lookup``): like uvicorn and gunicorn,
+    look for them in the directory the command runs in."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def _serve(args: argparse.Namespace) -> None:
+    _import_from_working_directory()
     # Command-line flags win over DUET_* variables: pass them on through the environment.
     for flag, variable in (("config", "DUET_CONFIG"), ("team", "DUET_TEAM"), ("model_name", "DUET_MODEL_NAME"),
                            ("reasoning_output", "DUET_REASONING_OUTPUT"), ("host", "DUET_HOST"), ("port", "DUET_PORT")):
@@ -36,8 +45,9 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _export_team(args: argparse.Namespace) -> None:
+    _import_from_working_directory()
     from agents import PipelineSettings, export_team
-    from workbenches import proxy_tools_from_openai
+    from workbenches import ServiceTools, proxy_tools_from_openai
 
     from .app import ServiceConfig
     from .settings import EnvSettings
@@ -54,7 +64,16 @@ def _export_team(args: argparse.Namespace) -> None:
     if args.tools:
         data = json.loads(Path(args.tools).read_text())
         tools = proxy_tools_from_openai(data["tools"] if isinstance(data, dict) else data)
-    document = export_team(chosen, client_tools=tools, studio=args.studio)
+
+    async def export() -> dict[str, object]:
+        services = ServiceTools.from_settings(chosen.tools)
+        await services.open()  # MCP servers are asked for their tool lists
+        try:
+            return export_team(chosen, client_tools=tools, service_tools=services.tools, studio=args.studio)
+        finally:
+            await services.close()
+
+    document = asyncio.run(export())
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
+from agents.continuations import DEFAULT_STATE_URL
+from workbenches import ToolsSettings
 
 
 class EnvSettings(BaseSettings):
@@ -30,6 +32,8 @@ class EnvSettings(BaseSettings):
     answer_model: str = "qwen2.5:7b"
     reasoning_output: ReasoningOutput = "reasoning_content"
     ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
+    function_tools: str = Field("", description="Comma-separated 'module:function' paths: service tools of the default pipeline.")
+    state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path or redis://host:port/db.")
     log_level: str = "info"
 
     @property
@@ -43,11 +47,13 @@ class EnvSettings(BaseSettings):
             reasoner = ReasonerSettings(
                 base_url=self.reasoner_base_url, model=self.reasoner_model, api_key_env="DUET_REASONER_API_KEY"
             )
+        functions = [path.strip() for path in self.function_tools.split(",") if path.strip()]
         return PipelineSettings(
             name=self.model_name,
             reasoning_output=self.reasoning_output,
             reasoner=reasoner,
             answer=AnswerSettings(base_url=self.answer_base_url, model=self.answer_model, api_key_env="DUET_ANSWER_API_KEY"),
+            tools=ToolsSettings(functions=functions),  # type: ignore[arg-type]
         )
 
 
@@ -79,6 +85,7 @@ class ConfigFile(BaseModel):
 
     api_keys: list[str] = Field(default_factory=list, description="Used when DUET_API_KEYS is not set.")
     ping_interval: Optional[float] = Field(None, gt=0)
+    state_url: Optional[str] = Field(None, description="Used when DUET_STATE_URL is not set.")
     pipelines: list[PipelineEntry] = Field(min_length=1)
 
     @classmethod

@@ -39,6 +39,7 @@ class DuetServer:
         self.log = log
         self._log_file = log.open("w")
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
+        full_env["DUET_STATE_URL"] = f"sqlite:///{log.parent / 'state.db'}"  # never in the working tree
         full_env.update(env)
         full_env["DUET_PORT"] = str(self.port)
         self.process = subprocess.Popen([DUET, "serve", *args], env=full_env, cwd=ROOT, stdout=self._log_file, stderr=subprocess.STDOUT)
@@ -106,6 +107,8 @@ def pipelines_config(upstream_url: str) -> dict[str, Any]:
             {"name": "duet-stock-client", "reasoner": {**reasoner, "client": "openai"}, "answer": {**answer, "client": "openai"}},
             {"name": "duet-impatient", "reasoner": reasoner, "answer": {**answer, "model": "qwen-slow", "read_timeout": 1.0}},
             {"name": "duet-service-rounds", "reasoner": reasoner, "answer": {**answer, "max_tool_rounds": 2}},
+            {"name": "duet-functions", "reasoner": reasoner, "answer": answer,
+             "tools": {"functions": ["tests.service_tools_fixtures:lookup_customer"]}},
         ],
     }
 
@@ -140,6 +143,7 @@ def env_duet(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactor
             "DUET_ANSWER_MODEL": ANSWER,
             "DUET_ANSWER_API_KEY": "answer-secret",
             "DUET_REASONING_OUTPUT": "think",
+            "DUET_FUNCTION_TOOLS": "tests.service_tools_fixtures:lookup_customer, tests.service_tools_fixtures:slow_report",
             "DUET_API_KEYS": "",
         },
         directory / "duet.log",

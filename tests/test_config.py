@@ -30,6 +30,8 @@ def test_environment_only_server(env_duet: DuetServer, upstream: ScriptedUpstrea
     assert upstream.requests_for(REASONER)[0].headers["authorization"] == "Bearer reasoner-secret"
     assert upstream.requests_for(ANSWER)[0].headers["authorization"] == "Bearer answer-secret"
     assert "DUET_API_KEYS is empty" in env_duet.log.read_text()
+    # DUET_FUNCTION_TOOLS: service tools of the default pipeline.
+    assert [t["function"]["name"] for t in upstream.requests_for(ANSWER)[0].body["tools"]] == ["lookup_customer", "slow_report"]
 
 
 def test_yaml_pipeline_keys_come_from_the_environment(http: httpx.Client, upstream: ScriptedUpstream) -> None:

@@ -168,3 +168,19 @@ def test_mid_stream_failure_surfaces_as_an_error(dify: Dify, upstream: ScriptedU
     upstream.script(ANSWER, Reply(content=["partial ", "answer"], fault="disconnect", fault_after=2))
     with pytest.raises(DifyError, match="broke off the stream|ended the stream"):
         dify.invoke([{"role": "user", "content": "q"}])
+
+
+def test_dify_sees_only_its_own_tools_in_a_mixed_round(dify: Dify, upstream: ScriptedUpstream) -> None:
+    """The answer model calls a service tool and a Dify tool at once: Dify gets only its own call,
+    and its follow-up brings the whole round back to the model."""
+    upstream.script(ANSWER, Reply(tool_calls=[ScriptedCall("lookup_customer", '{"email": "a@b.c"}'),
+                                              ScriptedCall("web_search", '{"query": "Ada"}')]))
+    first = dify.invoke([{"role": "user", "content": "Who is a@b.c?"}], model="duet-functions", tools=[SEARCH])
+    assert [c["name"] for c in first["tool_calls"]] == ["web_search"]
+
+    upstream.script(ANSWER, lambda body: Reply(content=[" + ".join(m["content"][:40] for m in body["messages"] if m["role"] == "tool")]))
+    follow_up = [{"role": "user", "content": "Who is a@b.c?"},
+                 {"role": "assistant", "content": first["text"], "tool_calls": first["tool_calls"]},
+                 {"role": "tool", "content": "Ada is a mathematician.", "tool_call_id": first["tool_calls"][0]["id"]}]
+    second = dify.invoke(follow_up, model="duet-functions", tools=[SEARCH])
+    assert second["text"].startswith('{"email": "a@b.c", "name": "Ada"') and second["text"].endswith(" + Ada is a mathematician.")

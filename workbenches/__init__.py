@@ -2,23 +2,47 @@
 
 Public API:
 
-- :class:`ProxyTool` — a client's OpenAI tool schema as an AutoGen tool (schema passed through verbatim);
 - :class:`DuetWorkbench` — the shared ``StaticStreamWorkbench``: client tools beside service tools;
-- :func:`model_safe_name` — the alias a model sees for a tool name OpenAI would reject;
-- :func:`proxy_tools_from_openai` — ``ProxyTool`` objects from an OpenAI ``tools`` list.
+- client tools: :class:`ProxyTool` (a client's schema, passed through verbatim), :func:`proxy_tools_from_openai`,
+  :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject);
+- service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import path),
+  :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpToolSettings` (HTTP endpoints),
+  :class:`ServiceTools` and :class:`ToolsSettings` (a pipeline's set, from the YAML);
+- :class:`RequestContext` — what a service tool's ``_context`` parameter receives.
 """
 
+from .context import RequestContext, bind_request, current_request
 from .duet_workbench import DuetWorkbench, DuetWorkbenchConfig
+from .functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
+from .http_tools import HttpToolSettings
+from .mcp import McpServer, McpServerSettings, McpServerTool, McpServerUnavailable, stop_shared_servers
 from .proxy_tool import ClientSideToolError, ProxyTool, ProxyToolArgs, ProxyToolConfig, model_safe_name
+from .service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
 from .tool_schemas import proxy_tools_from_openai
 
 __all__ = [
     "ClientSideToolError",
     "DuetWorkbench",
     "DuetWorkbenchConfig",
+    "FunctionToolSettings",
+    "HttpToolSettings",
+    "McpServer",
+    "McpServerSettings",
+    "McpServerTool",
+    "McpServerUnavailable",
     "ProxyTool",
     "ProxyToolArgs",
     "ProxyToolConfig",
+    "PythonFunctionTool",
+    "PythonFunctionToolConfig",
+    "RequestContext",
+    "ServiceTools",
+    "ToolsSettings",
+    "bind_request",
+    "current_request",
+    "function_tools",
     "model_safe_name",
     "proxy_tools_from_openai",
+    "service_tool",
+    "stop_shared_servers",
 ]

@@ -1,0 +1,88 @@
+"""A pipeline's service tools: Python functions, MCP servers and HTTP tools, held for the service's life."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Sequence, Union
+
+from autogen_core.tools import BaseTool
+from pydantic import BaseModel, ConfigDict, Field
+
+from .functions import DEFAULT_TIMEOUT, PythonFunctionTool, function_tools
+from .http_tools import HttpToolSettings
+from .mcp import McpServer, McpServerSettings, McpServerTool
+
+logger = logging.getLogger(__name__)
+
+
+class FunctionToolSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    function: str = Field(description="'package.module:function', or 'package.module' for every @service_tool in it.")
+    name: Optional[str] = None
+    description: Optional[str] = None
+    timeout: Optional[float] = None
+
+
+class ToolsSettings(BaseModel):
+    """The ``tools`` section of a pipeline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    functions: list[Union[str, FunctionToolSettings]] = Field(default_factory=list)
+    mcp: list[McpServerSettings] = Field(default_factory=list)
+    http: list[HttpToolSettings] = Field(default_factory=list)
+    timeout: float = Field(DEFAULT_TIMEOUT, description="Default timeout of a Python function tool, in seconds.")
+
+
+class ServiceTools:
+    """The tools one pipeline runs itself. Function and HTTP tools exist at once; MCP servers are
+    started by :meth:`open` (their tool lists come from the servers) and stopped by :meth:`close`."""
+
+    def __init__(self, tools: Sequence[BaseTool[Any, Any]] = (), servers: Sequence[McpServer] = ()) -> None:
+        self._static = list(tools)
+        self._servers = list(servers)
+        # A team file brings MCP tools whose servers must be started too.
+        for tool in self._static:
+            if isinstance(tool, McpServerTool) and tool.server not in self._servers:
+                self._servers.append(tool.server)
+        self._server_tools: list[BaseTool[Any, Any]] = []
+
+    @classmethod
+    def from_settings(cls, settings: ToolsSettings) -> "ServiceTools":
+        tools: list[BaseTool[Any, Any]] = []
+        for entry in settings.functions:
+            if isinstance(entry, str):
+                tools += function_tools(entry, default_timeout=settings.timeout)
+            elif ":" in entry.function:
+                tools.append(PythonFunctionTool(entry.function, name=entry.name, description=entry.description,
+                                                timeout=entry.timeout, default_timeout=settings.timeout))
+            else:
+                tools += function_tools(entry.function, default_timeout=entry.timeout or settings.timeout)
+        tools += [http.build() for http in settings.http]
+        servers = [McpServer(server.name, server.params()) for server in settings.mcp]
+        return cls(tools, servers)
+
+    @property
+    def tools(self) -> list[BaseTool[Any, Any]]:
+        return [*self._static, *self._server_tools]
+
+    async def open(self) -> None:
+        """Starts the MCP servers (raising if one cannot start) and adds their tools."""
+        static_names = {tool.name for tool in self._static}
+        for server in self._servers:
+            if server.status == "running":
+                continue
+            schemas = await server.start()
+            logger.info("MCP server %r started with tools: %s", server.name, ", ".join(s["name"] for s in schemas))
+            self._server_tools += [tool for tool in server.tools() if tool.name not in static_names]
+
+    async def close(self) -> None:
+        for server in self._servers:
+            await server.stop()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            server.name: {"status": server.status, "restarts": server.restarts, "last_error": server.last_error}
+            for server in self._servers
+        }
