@@ -1,0 +1,32 @@
+# The two commands of the README:
+#   make serve   set up (a virtualenv in .venv) and run the service
+#   make test    set up (service + test dependencies) and run the tests
+# `make bench` measures Duet against the scripted upstream (see bench/bench.py).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+
+.PHONY: serve test bench
+
+serve: $(VENV)/.serve-ready
+	$(BIN)/duet serve
+
+test: $(VENV)/.test-ready
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.serve-ready
+	$(BIN)/python bench/bench.py
+
+$(VENV)/.serve-ready: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
+	$(PIP) install -q -c constraints.txt -e ".[test]" -r requirements-studio.txt
+	# AutoGen Studio declares autogen < 0.6 but runs with 0.7.5: installed last, without its pins.
+	$(PIP) install -q --no-deps autogenstudio==0.4.2.2
+	scripts/ensure-redis
+	touch $@
