@@ -25,7 +25,8 @@ from .sse import EventStreamResponse, wait_for_disconnect
 _END_KINDS = ("done", "error")
 
 
-def parse_request(raw: bytes) -> ChatCompletionRequest:
+def parse_request(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
+    """The validated request, and the body as parsed (tool schemas are passed on from it, untouched)."""
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -33,18 +34,19 @@ def parse_request(raw: bytes) -> ChatCompletionRequest:
     if not isinstance(body, dict):
         raise APIError(400, "the body must be a JSON object", code="invalid_json")
     try:
-        return ChatCompletionRequest.model_validate(body)
+        return ChatCompletionRequest.model_validate(body), body
     except ValidationError as exc:
         error = exc.errors()[0]
         param = ".".join(str(part) for part in error["loc"]) or None
         raise APIError(400, f"{param}: {error['msg']}" if param else error["msg"], param=param, code="invalid_request") from None
 
 
-def client_tools_of(request: ChatCompletionRequest) -> list[ProxyTool]:
-    definitions = request.tools if request.tools is not None else [{"function": f} for f in request.functions or []]
-    raw = [d.model_dump(exclude_none=True) if not isinstance(d, dict) else {"function": d["function"].model_dump(exclude_none=True)} for d in definitions]
+def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> list[ProxyTool]:
+    """Proxy tools from the raw ``tools`` (or ``functions``) of the body: validated by the request
+    model, but passed on as received (a pydantic dump would drop ``null`` values inside schemas)."""
+    raw = body.get("tools") if request.tools is not None else body.get("functions")
     try:
-        return proxy_tools_from_openai(raw)
+        return proxy_tools_from_openai(raw or [])
     except ValueError as exc:
         raise APIError(400, str(exc), param="tools" if request.tools is not None else "functions") from None
 
@@ -211,7 +213,7 @@ class ChatCompletionsService:
         }
 
     async def create(self, request: Request) -> Response:
-        chat = parse_request(await request.body())
+        chat, body = parse_request(await request.body())
         duet = self.pipelines.get(chat.model)
         if duet is None:
             raise APIError(
@@ -221,7 +223,7 @@ class ChatCompletionsService:
                 code="model_not_found",
             )
         conversation = conversation_from_openai(chat.messages)
-        tools = client_tools_of(chat)
+        tools = client_tools_of(chat, body)
         options = answer_options(chat, tools, duet.service_tool_names)
         token = CancellationToken()
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"

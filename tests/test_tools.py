@@ -100,6 +100,7 @@ def test_parallel_calls_with_the_sdk(sdk: openai.OpenAI, upstream: ScriptedUpstr
 def test_names_a_model_cannot_use_get_aliases_mapped_back(http: httpx.Client, upstream: ScriptedUpstream) -> None:
     long_name = "x" * 70
     tools = [tool("kb.search"), tool("天气查询"), tool(long_name), tool("plain_name")]
+    tools[3]["function"]["parameters"]["properties"]["query"].update({"default": None, "enum": ["a", None], "x-extra": {"k": None}})
     alias_of: dict[str, str] = {}
 
     def call_every_tool(body: dict[str, Any]) -> Reply:
