@@ -353,8 +353,11 @@ class Duet:
         clean = False
         try:
             conversation, earlier_reasoning = await self._restore(conversation)
+            # Built from values already validated: model_construct skips re-validating the conversation.
             task: list[BaseChatMessage] = [
-                HandoffMessage(source=CLIENT, target="duet", content=last_user_text(conversation) or "(continue)", context=conversation)
+                HandoffMessage.model_construct(
+                    source=CLIENT, target="duet", content=last_user_text(conversation) or "(continue)", context=conversation
+                )
             ]
             if earlier_reasoning:  # the reasoning this tool round was started with
                 task.append(TextMessage(source="reasoner", content=earlier_reasoning, metadata=REASONING_METADATA))

@@ -23,6 +23,7 @@ import os
 from typing import Any, AsyncGenerator, Literal, Mapping, Optional, Sequence, Union
 
 import aiohttp
+import yarl
 from autogen_core import CancellationToken, Component, FunctionCall
 from autogen_core.models import (
     AssistantMessage,
@@ -239,7 +240,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **self._config.headers}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._url = yarl.URL(base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
         extra_body = self._config.create_args.get("extra_body") or {}
         self._default_args = {k: v for k, v in self._config.create_args.items() if k != "extra_body"} | extra_body
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout)
@@ -261,7 +262,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         loop = asyncio.get_running_loop()
         if self._session is None or self._session_loop is not loop or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            # Model APIs set no cookies worth keeping; a dummy jar skips cookie handling per request.
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar())
             self._session_loop = loop
         return self._session
 
