@@ -422,11 +422,6 @@ class Duet:
         if clean:
             self._pool.release(slot)
 
-    async def close(self) -> None:
-        """Closes the model clients this pipeline created."""
-        for client in self._model_clients:
-            await client.close()
-
 
 def load_team_config(team: ComponentModel | Mapping[str, Any] | str | Path) -> ComponentModel:
     """A team component from a ``ComponentModel``, a dict, or the path of a JSON file."""

@@ -121,7 +121,7 @@ def sdk(services: DuetServer) -> openai.OpenAI:
 
 def test_python_function_tool(sdk: openai.OpenAI, upstream: ScriptedUpstream) -> None:
     upstream.script(ANSWER, Reply(tool_calls=[ScriptedCall("lookup_customer", '{"email": "a@b.c"}')]), answer_from_results)
-    reasoning, content = "", ""
+    reasoning = ""
     with sdk.chat.completions.stream(model="duet-services", messages=QUESTION, user="agent-7") as stream:
         for event in stream:
             if event.type == "chunk" and event.chunk.choices:
@@ -349,5 +349,11 @@ def test_exported_team_carries_the_service_tools(services: DuetServer, upstream:
         three, customer = content.removeprefix("Results: ").split(" | ")
         assert three == "3" and json.loads(customer)["pipeline"] == "exported"
         assert server.health()["mcp_servers"]["exported"]["calc"]["status"] == "running"
+        mcp_pid = int(services.pid_file.read_text())  # type: ignore[attr-defined]  # this server's own MCP process
     finally:
         server.stop()
+    # The MCP server stops with the service.
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{mcp_pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{mcp_pid}").exists() or "zombie" in Path(f"/proc/{mcp_pid}/status").read_text().lower()

@@ -137,3 +137,29 @@ def test_model_client_component_round_trip() -> None:
     assert "secret" not in dumped.model_dump_json()
     loaded = ChatCompletionClient.load_component(dumped)
     assert isinstance(loaded, OpenAICompatibleClient) and loaded.model == "m" and loaded.base_url == "http://h/v1"
+
+
+def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Entries live for their TTL, in every store; any of a round's call ids finds the round."""
+    import time as clock
+
+    from autogen_core import FunctionCall
+
+    from agents.continuations import Continuation, MemoryContinuationStore, SQLiteContinuationStore, open_store
+
+    turn = [AssistantMessage(content=[FunctionCall(id="c1", name="f", arguments="{}")], source="a"),
+            FunctionExecutionResultMessage(content=[])]
+    continuation = Continuation(turn=turn, reasoning="why")
+
+    async def main() -> None:
+        for store in (SQLiteContinuationStore(tmp_path / "s.db", ttl=0.3), MemoryContinuationStore(ttl=0.3)):
+            await store.put(["c1", "c2"], continuation)
+            assert (await store.get(["zz", "c2"])) == continuation
+            clock.sleep(0.4)
+            assert await store.get(["c1"]) is None
+            await store.close()
+
+    asyncio.run(main())
+    assert type(open_store(f"sqlite:///{tmp_path}/x.db")).__name__ == "SQLiteContinuationStore"
+    with pytest.raises(ValueError, match="unsupported state URL"):
+        open_store("postgres://x")
