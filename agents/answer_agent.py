@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any, AsyncGenerator, Sequence
 
 from autogen_agentchat.base import Response
@@ -30,6 +31,8 @@ from .conversation import new_call_id, without_images
 from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .run_context import AnswerOptions, DuetRun
 from .thinking import ThinkTagSplitter
+
+logger = logging.getLogger(__name__)
 
 REASONING_PREAMBLE = (
     "A reasoning model has thought this conversation through before you. Use its reasoning to "
@@ -103,22 +106,30 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         history = self._prompt(conversation, reasoning)
         tool_choice: Any = options.tool_choice
         if tool_choice not in ("auto", "none", "required"):
-            tool_choice = next(t for t in workbench.tools if t.name == tool_choice)  # type: ignore[union-attr]
+            chosen = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)
+            if chosen is None:
+                raise ValueError(f"tool_choice names {tool_choice!r}, which is not among the tools")
+            tool_choice = chosen
         total = RequestUsage(prompt_tokens=0, completion_tokens=0)
         turn: list[LLMMessage] = []  # what this turn adds to the conversation
+        spoke = False  # text from an earlier round was already streamed
 
         for round_number in range(self._max_tool_rounds + 1):
             if cancellation_token.is_cancelled():
                 raise asyncio.CancelledError()
-            if round_number == self._max_tool_rounds and tools:
-                tool_choice = "none"  # out of rounds: the model must answer with what it has
+            last_round = round_number == self._max_tool_rounds
+            round_tools, round_choice = tools, tool_choice
+            if last_round:  # out of service-tool rounds: only the client's tools are left to call
+                round_tools = [t for t in tools if self._client_tool(workbench, t["name"]) is not None]
+                if not isinstance(round_choice, str) and self._client_tool(workbench, round_choice.name) is None:
+                    round_choice = "auto"
             splitter = ThinkTagSplitter()
             text_parts: list[str] = []
             result: CreateResult | None = None
             async for piece in self._model_client.create_stream(
                 history,
-                tools=tools,
-                tool_choice=tool_choice,
+                tools=round_tools,
+                tool_choice=round_choice,
                 extra_create_args=options.create_args,
                 cancellation_token=cancellation_token,
             ):
@@ -129,6 +140,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 if thinking:
                     yield ReasoningDelta(text=thinking, source=self.name)
                 if text:
+                    if spoke and not text_parts:
+                        text = "\n\n" + text  # a new round's text starts a new paragraph
                     text_parts.append(text)
                     yield ContentDelta(text=text)
             thinking, text = splitter.flush()
@@ -137,18 +150,14 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             if text:
                 text_parts.append(text)
                 yield ContentDelta(text=text)
+            spoke = spoke or bool(text_parts)
             assert result is not None
             total = sum_usage(total, result.usage)
             yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens)
-            answer = "".join(text_parts)
+            answer = "".join(text_parts).lstrip("\n")
 
             if isinstance(result.content, str):
-                finish_reason = _FINISH_REASONS.get(result.finish_reason, "stop")
-                yield Response(
-                    chat_message=TextMessage(
-                        content=answer, source=self.name, metadata={"finish_reason": finish_reason}, models_usage=total
-                    )
-                )
+                yield self._reply(answer, _FINISH_REASONS.get(result.finish_reason, "stop"), total)
                 return
 
             # Duet issues its own call ids: upstreams repeat or omit theirs, and clients key on them.
@@ -157,6 +166,13 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 calls = calls[:1]
             client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
             service_calls = [call for call in calls if self._client_tool(workbench, call.name) is None]
+            if last_round and service_calls:
+                logger.warning("%s is out of tool rounds (%d); not running %s", self.name, self._max_tool_rounds,
+                               ", ".join(call.name for call in service_calls))
+                calls, service_calls = client_calls, []
+                if not calls:
+                    yield self._reply(answer, "stop", total)
+                    return
             results: list[FunctionExecutionResult] = []
             if service_calls:
                 async for event in self._run_service_calls(workbench, service_calls, results, cancellation_token):
@@ -186,6 +202,11 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             history += turn[-2:]
             if tool_choice != "none":
                 tool_choice = "auto"  # 'required' or a named tool applies to the first round only
+
+    def _reply(self, text: str, finish_reason: str, usage: RequestUsage) -> Response:
+        return Response(
+            chat_message=TextMessage(content=text, source=self.name, metadata={"finish_reason": finish_reason}, models_usage=usage)
+        )
 
     @staticmethod
     def _client_tool(workbench: Workbench | None, name: str) -> Any:

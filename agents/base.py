@@ -159,6 +159,10 @@ class DuetAgent(BaseChatAgent):
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to reset: every turn gets the whole conversation."""
 
+    async def close(self) -> None:
+        """Closes the agent's model client (as AssistantAgent does)."""
+        await self._model_client.close()
+
     def _workbench_for(self, run: DuetRun | None) -> Workbench | None:
         return run.workbench if run is not None else self._workbench
 

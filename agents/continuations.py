@@ -15,8 +15,9 @@ import abc
 import asyncio
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from autogen_core.models import (
@@ -92,7 +93,11 @@ class SQLiteContinuationStore(ContinuationStore):
         self._connection.execute(
             "CREATE TABLE IF NOT EXISTS continuations (call_id TEXT PRIMARY KEY, payload TEXT NOT NULL, expires_at REAL NOT NULL)"
         )
-        self._lock = asyncio.Lock()
+        # One thread of its own: the disk never waits behind tools in a shared executor.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duet-state")
+
+    async def _run(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
 
     def _put(self, call_ids: Sequence[str], payload: str) -> None:
         now = time.time()
@@ -110,19 +115,18 @@ class SQLiteContinuationStore(ContinuationStore):
         return row[0] if row else None
 
     async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._put, call_ids, continuation.model_dump_json())
+        await self._run(self._put, call_ids, continuation.model_dump_json())
 
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
         ids = list(call_ids)
         if not ids:
             return None
-        async with self._lock:
-            payload = await asyncio.to_thread(self._get, ids)
+        payload = await self._run(self._get, ids)
         return _CONTINUATION.validate_json(payload) if payload else None
 
     async def close(self) -> None:
-        self._connection.close()
+        await self._run(self._connection.close)
+        self._thread.shutdown()
 
 
 class RedisContinuationStore(ContinuationStore):
@@ -165,42 +169,34 @@ def open_store(url: str, ttl: float = DEFAULT_TTL) -> ContinuationStore:
     raise ValueError(f"unsupported state URL {url!r}: use sqlite:///path, redis://host:port/db or memory://")
 
 
-def splice(conversation: list[LLMMessage], continuation: Continuation) -> list[LLMMessage]:
-    """The conversation with the hidden part of its last tool round put back.
+def splice(conversation: list[LLMMessage], index: int, continuation: Continuation) -> list[LLMMessage]:
+    """The conversation with the hidden part of the tool round at ``index`` put back.
 
     The round in ``conversation`` is an assistant message with the client's calls followed by their
     results; it is replaced by the stored turn (earlier service rounds, the assistant message with
     every call) and the stored service results join the client's results.
     """
-    index = _last_call_index(conversation)
-    if index is None or not continuation.turn:
+    if not continuation.turn:
         return conversation
     *earlier, full_calls, service_results = continuation.turn
     if not isinstance(full_calls, AssistantMessage) or not isinstance(service_results, FunctionExecutionResultMessage):
         return conversation
-    client_results = conversation[index + 1] if index + 1 < len(conversation) else None
-    client_results_list = client_results.content if isinstance(client_results, FunctionExecutionResultMessage) else []
-    by_id = {r.call_id: r for r in [*service_results.content, *client_results_list]}
+    following = conversation[index + 1] if index + 1 < len(conversation) else None
+    client_results = following.content if isinstance(following, FunctionExecutionResultMessage) else []
+    by_id = {r.call_id: r for r in [*service_results.content, *client_results]}
     calls = full_calls.content if isinstance(full_calls.content, list) else []
     merged = FunctionExecutionResultMessage(content=[by_id[c.id] for c in calls if c.id in by_id])
-    rest = conversation[index + 2 :] if isinstance(client_results, FunctionExecutionResultMessage) else conversation[index + 1 :]
+    rest = conversation[index + 2 :] if isinstance(following, FunctionExecutionResultMessage) else conversation[index + 1 :]
     return [*conversation[:index], *earlier, full_calls, merged, *rest]
 
 
-def _last_call_index(conversation: Sequence[LLMMessage]) -> int | None:
+def tool_rounds(conversation: Sequence[LLMMessage]) -> list[int]:
+    """Indices of the assistant messages with tool calls since the last user message, oldest first."""
+    rounds: list[int] = []
     for index in range(len(conversation) - 1, -1, -1):
         message = conversation[index]
-        if isinstance(message, AssistantMessage) and isinstance(message.content, list):
-            return index
         if isinstance(message, (UserMessage, SystemMessage)):
-            return None  # a new user turn: the tool round is over
-    return None
-
-
-def pending_call_ids(conversation: Sequence[LLMMessage]) -> list[str]:
-    """The ids of the last tool round's calls, if the conversation ends in that round."""
-    index = _last_call_index(conversation)
-    if index is None:
-        return []
-    calls = conversation[index].content
-    return [call.id for call in calls] if isinstance(calls, list) else []  # type: ignore[union-attr]
+            break
+        if isinstance(message, AssistantMessage) and isinstance(message.content, list):
+            rounds.append(index)
+    return rounds[::-1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
@@ -27,13 +28,7 @@ from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool
 from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .model_client import ANSWER_MODEL_INFO
-from .continuations import (
-    Continuation,
-    ContinuationStore,
-    MemoryContinuationStore,
-    pending_call_ids,
-    splice,
-)
+from .continuations import Continuation, ContinuationStore, MemoryContinuationStore, splice, tool_rounds
 from .run_context import AnswerOptions, DuetRun, bind_run
 from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, PipelineSettings, ReasoningOutput
@@ -126,8 +121,11 @@ class DuetStream:
         self._token.cancel()
         try:
             await asyncio.wait_for(asyncio.shield(self._driver), timeout=10)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except asyncio.TimeoutError:
             self._driver.cancel()
+        except asyncio.CancelledError:  # the caller itself is being cancelled: stop the run, then let it go
+            self._driver.cancel()
+            raise
 
 
 class DuetResult(BaseModel):
@@ -143,10 +141,20 @@ class DuetResult(BaseModel):
 
 @dataclass(eq=False)
 class TeamSlot:
-    """A team and, unless it embeds its own, the runtime it runs on (started for each run)."""
+    """A team and, unless it embeds its own, the runtime it runs on (started for each run).
+    ``owns_agents``: the team's agents (and their model clients) were made for it alone, as when
+    it is loaded from a team file, and close with it."""
 
     team: Team
     runtime: SingleThreadedAgentRuntime | None = None
+    owns_agents: bool = False
+
+    async def close(self) -> None:
+        if self.owns_agents:
+            # BaseGroupChat has no public accessor for its participants (AutoGen Studio reads it too).
+            for agent in getattr(self.team, "_participants", []):
+                with contextlib.suppress(Exception):
+                    await agent.close()
 
 
 class TeamPool:
@@ -162,9 +170,16 @@ class TeamPool:
     def acquire(self) -> TeamSlot:
         return self._idle.pop() if self._idle else self._factory()
 
-    def release(self, slot: TeamSlot) -> None:
-        if len(self._idle) < self._max_idle:
-            self._idle.append(slot)
+    def release(self, slot: TeamSlot) -> bool:
+        """Keeps ``slot`` for reuse; False when the pool is full (the caller closes it)."""
+        if len(self._idle) >= self._max_idle:
+            return False
+        self._idle.append(slot)
+        return True
+
+    def drain(self) -> list[TeamSlot]:
+        idle, self._idle = self._idle, []
+        return idle
 
 
 class Duet:
@@ -187,6 +202,7 @@ class Duet:
         self,
         team_factory: Callable[[], TeamSlot],
         *,
+        team_builder: Callable[[], Team] | None = None,
         name: str = "duet",
         services: ServiceTools | None = None,
         reasoning_output: ReasoningOutput = "reasoning_content",
@@ -198,7 +214,7 @@ class Duet:
         self.reasoning_output: ReasoningOutput = reasoning_output
         self.services = services or ServiceTools()
         self.continuations = continuations or MemoryContinuationStore()
-        self._team_factory = team_factory
+        self._team_builder = team_builder or (lambda: team_factory().team)
         self._pool = TeamPool(team_factory, max_idle_teams)
         self._model_clients = list(model_clients)
 
@@ -215,6 +231,7 @@ class Duet:
 
         return cls(
             factory,
+            team_builder=lambda: build_team(settings, answer_client, reasoner_client),
             name=settings.name,
             services=ServiceTools.from_settings(settings.tools),
             reasoning_output=settings.reasoning_output,
@@ -243,10 +260,10 @@ class Duet:
         spare = [prototype]
 
         def factory() -> TeamSlot:
-            return TeamSlot(spare.pop() if spare else Team.load_component(config))
+            return TeamSlot(spare.pop() if spare else Team.load_component(config), owns_agents=True)
 
         return cls(factory, name=name, services=ServiceTools(_service_tools_of(config)), reasoning_output=reasoning_output,
-                   continuations=continuations)
+                   continuations=continuations, team_builder=lambda: Team.load_component(config))
 
     @property
     def service_tool_names(self) -> set[str]:
@@ -260,6 +277,8 @@ class Duet:
     async def close(self) -> None:
         """Stops the MCP servers and closes the model clients this pipeline created."""
         await self.services.close()
+        for slot in self._pool.drain():
+            await slot.close()
         for client in self._model_clients:
             await client.close()
 
@@ -270,8 +289,10 @@ class Duet:
         await self.close()
 
     def new_team(self) -> Team:
-        """A fresh team of this pipeline, e.g. to run it with AgentChat directly or to dump it."""
-        return self._team_factory().team
+        """A fresh team of this pipeline, on its own embedded runtime: run it with AgentChat
+        directly (``await team.run(task=...)``) or dump it. Its agents share the pipeline's model
+        clients: close the pipeline, not the agents."""
+        return self._team_builder()
 
     def start(
         self,
@@ -376,7 +397,8 @@ class Duet:
                     finish_reason = message.metadata["finish_reason"]  # type: ignore[assignment]
             run.emit(Finished(finish_reason=finish_reason))
             clean = True
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            run.emit(Failed(message="the run was cancelled", error=exc))  # ends the stream of whoever still reads it
             if not token.is_cancelled():
                 raise
         except Exception as exc:  # an agent already reported its own failure; this covers the rest
@@ -385,18 +407,26 @@ class Duet:
             if slot is not None:
                 await self._settle(slot, clean)
 
+    def _key(self, call_id: str) -> str:
+        return f"{self.name}:{call_id}"  # a pipeline only ever continues its own rounds
+
     async def _restore(self, conversation: list[LLMMessage]) -> tuple[list[LLMMessage], str]:
-        """Puts back the hidden part of the tool round this request continues, if there is one."""
+        """Puts back the hidden part of every tool round since the last user message (a follow-up
+        may continue several), and returns the reasoning the latest of them was answered with."""
         if not ends_with_tool_results(conversation):
             return conversation, ""
-        call_ids = pending_call_ids(conversation)
-        continuation = await self.continuations.get(call_ids)
-        if continuation is None:
-            if any(DUET_CALL_ID.match(call_id) for call_id in call_ids):
-                logger.warning("no saved state for tool calls %s (expired, or another store): continuing without "
-                               "the part of the round the client did not see", ", ".join(call_ids))
-            return conversation, ""
-        return splice(conversation, continuation), continuation.reasoning
+        reasoning = ""
+        for index in reversed(tool_rounds(conversation)):  # from the end, so earlier indices hold
+            call_ids = [call.id for call in conversation[index].content]  # type: ignore[union-attr]
+            continuation = await self.continuations.get(self._key(call_id) for call_id in call_ids)
+            if continuation is None:
+                if any(DUET_CALL_ID.match(call_id) for call_id in call_ids):
+                    logger.warning("no saved state for tool calls %s (expired, or another store): continuing without "
+                                   "the part of the round the client did not see", ", ".join(call_ids))
+                continue
+            conversation = splice(conversation, index, continuation)
+            reasoning = reasoning or continuation.reasoning
+        return conversation, reasoning
 
     async def _keep(self, turn: Sequence[LLMMessage], reasoning: str) -> None:
         """Saves the hidden part of a round that ends with client tool calls."""
@@ -405,22 +435,27 @@ class Duet:
         answered = {result.call_id for result in turn[-1].content}
         client_ids = [call.id for call in turn[-2].content if call.id not in answered]  # type: ignore[union-attr]
         try:
-            await self.continuations.put(client_ids, Continuation(turn=list(turn), reasoning=reasoning))
+            await self.continuations.put([self._key(i) for i in client_ids], Continuation(turn=list(turn), reasoning=reasoning))
         except Exception:  # the client still gets its calls; the follow-up will warn
             logger.exception("could not save the state of tool calls %s", ", ".join(client_ids))
 
     async def _settle(self, slot: TeamSlot, clean: bool) -> None:
-        """Resets a team that finished cleanly and returns it to the pool; drops any other."""
-        try:
-            if clean:
-                await slot.team.reset()
-            if slot.runtime is not None:
-                await (slot.runtime.stop_when_idle() if clean else slot.runtime.stop())
-        except Exception:  # a team that cannot settle is dropped, not reused
-            logger.exception("dropping a team that failed to reset")
-            return
+        """Resets a team that finished cleanly and returns it to the pool; closes any other."""
         if clean:
-            self._pool.release(slot)
+            try:
+                await slot.team.reset()
+                if slot.runtime is not None:
+                    await slot.runtime.stop_when_idle()
+            except Exception:  # a team that cannot reset is not reused
+                logger.exception("closing a team that failed to reset")
+            else:
+                if self._pool.release(slot):
+                    return
+        elif slot.runtime is not None:
+            # The runtime re-raises the failure the run already reported; nothing new to log.
+            with contextlib.suppress(BaseException):
+                await slot.runtime.stop()
+        await slot.close()
 
 
 def load_team_config(team: ComponentModel | Mapping[str, Any] | str | Path) -> ComponentModel:

@@ -131,7 +131,7 @@ async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, N
     async for received in response.content.iter_any():
         buffer = buffer + received if buffer else received
         held = b""
-        if b"\r" in received:  # CRLF or CR line ends; a CR at the very end may still pair with an LF
+        if b"\r" in buffer:  # CRLF or CR line ends; a CR at the very end may still pair with an LF
             if buffer.endswith(b"\r"):
                 buffer, held = buffer[:-1], b"\r"
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")

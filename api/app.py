@@ -17,7 +17,7 @@ from agents.continuations import DEFAULT_STATE_URL, ContinuationStore, open_stor
 from workbenches import stop_shared_servers
 
 from .auth import BearerAuth
-from .errors import APIError, install_error_handlers
+from .errors import as_api_error, install_error_handlers
 from .serving import ChatCompletionsService
 from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
 
@@ -44,8 +44,10 @@ class ServiceConfig:
         if env.config is not None:
             file = ConfigFile.load(env.config)
             keys = env.keys or file.api_keys
-            state_url = env.state_url if "state_url" in env.model_fields_set else (file.state_url or env.state_url)
-            return cls(list(file.pipelines), keys, file.ping_interval or env.ping_interval, state_url)
+            explicit = env.model_fields_set  # variables that were set win over the file
+            state_url = env.state_url if "state_url" in explicit else (file.state_url or env.state_url)
+            ping_interval = env.ping_interval if "ping_interval" in explicit else (file.ping_interval or env.ping_interval)
+            return cls(list(file.pipelines), keys, ping_interval, state_url)
         return cls([env.default_pipeline()], env.keys, env.ping_interval, env.state_url)
 
     def build(self, continuations: ContinuationStore) -> dict[str, Duet]:
@@ -100,8 +102,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         try:
             await auth(request)
             return await request.app.state.service.create(request)  # type: ignore[no-any-return]
-        except APIError as exc:
-            return exc.response()
+        except Exception as exc:  # every failure is an OpenAI error body (Starlette would log a traceback)
+            return as_api_error(exc).response()
 
     async def models(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
         return svc.model_list()

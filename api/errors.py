@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import openai
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -46,10 +48,21 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(502, exc.message, type="upstream_error", code="upstream_error")
     if isinstance(exc, UpstreamError):
         return APIError(502, exc.message, type="upstream_error", code="upstream_unavailable")
+    if isinstance(exc, openai.APITimeoutError):  # pipelines on AutoGen's OpenAIChatCompletionClient
+        return APIError(504, f"the upstream model timed out: {exc}", type="upstream_error", code="upstream_timeout")
+    if isinstance(exc, openai.APIStatusError):
+        return APIError(502, f"the upstream model answered HTTP {exc.status_code}: {exc.message}", type="upstream_error",
+                        code="upstream_error")
+    if isinstance(exc, openai.APIConnectionError):
+        return APIError(502, f"cannot reach the upstream model: {exc}", type="upstream_error", code="upstream_unavailable")
     if isinstance(exc, asyncio.TimeoutError):
         return APIError(504, "the duet did not finish in time", type="upstream_error", code="upstream_timeout")
+    if isinstance(exc, asyncio.CancelledError):
+        return APIError(499, "the request was cancelled", type="server_error", code="cancelled")
+    # Anything else is a bug: the details (a traceback, paths) go to the log, not to the client.
     logger.error("unexpected error", exc_info=exc)
-    return APIError(500, f"internal error: {exc}", type="server_error", code="internal_error")
+    return APIError(500, f"internal error ({type(exc).__name__}); details are in the server log", type="server_error",
+                    code="internal_error")
 
 
 def install_error_handlers(app: FastAPI) -> None:

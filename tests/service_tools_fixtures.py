@@ -7,6 +7,8 @@ import threading
 import time
 from typing import Annotated
 
+from pydantic import BaseModel
+
 from workbenches import RequestContext, service_tool
 
 
@@ -42,3 +44,12 @@ async def failing_tool(reason: str) -> str:
 def not_marked(x: int) -> int:
     """Not a tool: not marked, so ``tests.service_tools_fixtures`` does not include it."""
     return x
+
+
+class Window(BaseModel):
+    days: int
+
+
+def report(window: Window, tags: list[str]) -> str:
+    """Reports over a window (arguments keep their types: ``window`` arrives as a Window)."""
+    return f"{window.days}:{','.join(tags)}"

@@ -152,3 +152,16 @@ def test_server_stays_healthy_after_failures(duet: DuetServer, http: httpx.Clien
     http.post("/v1/chat/completions", json={"model": "duet", "messages": USER})
     assert http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 200
     assert duet.wait_idle()["in_flight"] == 0
+
+
+def test_stock_client_pipeline_maps_upstream_errors(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """A pipeline on AutoGen's OpenAIChatCompletionClient: the openai SDK's errors get the same statuses."""
+    upstream.script(REASONER, Reply(status=401, error_message="bad upstream key"))
+    error = assert_error(http.post("/v1/chat/completions", json={"model": "duet-stock-client", "messages": USER}), 502, "upstream_error")
+    assert "bad upstream key" in error["message"]
+
+
+def test_bad_requests_are_not_logged_as_crashes(http: httpx.Client, duet: DuetServer) -> None:
+    assert_error(http.post("/v1/chat/completions", json={"model": "duet", "messages": [{"role": "wizard"}]}), 400)
+    assert_error(http.post("/v1/chat/completions", json={"model": "duet", "messages": [{"role": "user", "content": 1}]}), 400)
+    assert "Exception in ASGI application" not in duet.log.read_text()

@@ -192,12 +192,20 @@ def test_mcp_streamable_http_server(sdk: openai.OpenAI, upstream: ScriptedUpstre
 
 
 def test_service_rounds_are_bounded(http_services: httpx.Client, upstream: ScriptedUpstream) -> None:
-    """A model that never stops calling tools gets ``tool_choice: none`` after max_tool_rounds (3)."""
-    upstream.set_default(lambda body: Reply(content=["done"]) if body.get("tool_choice") == "none"
+    """A model that never stops calling tools is offered no service tools after max_tool_rounds (3)."""
+    upstream.set_default(lambda body: Reply(content=["done"]) if "tools" not in body
                          else Reply(tool_calls=[ScriptedCall("add", '{"a": 1, "b": 1}')]))
     completion = http_services.post("/v1/chat/completions", json={"model": "duet-remote-mcp", "messages": QUESTION}).json()
     assert completion["choices"][0]["message"]["content"] == "done"
-    assert [r.body.get("tool_choice") for r in upstream.requests_for(ANSWER)] == ["auto", "auto", "auto", "none"]
+    assert [len(r.body.get("tools", [])) for r in upstream.requests_for(ANSWER)] == [2, 2, 2, 0]
+
+
+def test_a_model_that_insists_still_gets_an_answer_out(http_services: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """Even when the model calls a service tool it was no longer offered, the request ends in a reply."""
+    upstream.set_default(lambda body: Reply(content=["partial"], tool_calls=[ScriptedCall("add", '{"a": 1, "b": 1}')]))
+    response = http_services.post("/v1/chat/completions", json={"model": "duet-remote-mcp", "messages": QUESTION})
+    assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "\n\n".join(["partial"] * 4)
+    assert response.json()["choices"][0]["finish_reason"] == "stop"
 
 
 @pytest.fixture
@@ -321,7 +329,7 @@ def test_mixed_round_across_replicas_with_redis(replicas: list[DuetServer], upst
     import redis
 
     client = redis.Redis.from_url(redis_url)
-    assert 0 < client.ttl(f"duet:continuation:{call_id}") <= 24 * 3600  # stored in Redis, and it expires
+    assert 0 < client.ttl(f"duet:continuation:duet-services:{call_id}") <= 24 * 3600  # stored in Redis (per pipeline), and it expires
     upstream.script(ANSWER, answer_from_results)
     raw = httpx.post(f"{second_replica.base_url}/v1/chat/completions", timeout=30,
                      json={"model": "duet-services", "stream": True, "messages": follow_up(first), "tools": [NOTIFY]}).content
@@ -338,7 +346,7 @@ def test_exported_team_carries_the_service_tools(services: DuetServer, upstream:
     workbench = json.loads(team_file.read_text())["config"]["participants"][1]["config"]["workbench"]
     providers = {t["config"].get("name") or t["config"].get("function"): t["provider"] for t in workbench["config"]["tools"]}
     assert providers["tests.service_tools_fixtures:lookup_customer"] == "workbenches.PythonFunctionTool"
-    assert providers["weather"] == "autogen_ext.tools.http.HttpTool" and providers["add"] == "workbenches.McpServerTool"
+    assert providers["weather"] == "workbenches.HttpServiceTool" and providers["add"] == "workbenches.McpServerTool"
 
     server = DuetServer(["--team", str(team_file), "--model-name", "exported"], {}, tmp_path / "duet.log")
     try:
@@ -357,3 +365,24 @@ def test_exported_team_carries_the_service_tools(services: DuetServer, upstream:
     while Path(f"/proc/{mcp_pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(f"/proc/{mcp_pid}").exists() or "zombie" in Path(f"/proc/{mcp_pid}/status").read_text().lower()
+
+
+def test_hidden_parts_survive_several_client_rounds(http_services: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """Round 1 mixes a service call with a client call; round 2 is client-only. The second
+    follow-up still shows the answer model round 1's service call and result."""
+    mixed_round(upstream)
+    first = http_services.post("/v1/chat/completions", json={"model": "duet-services", "messages": QUESTION, "tools": [NOTIFY]}).json()
+    upstream.script(ANSWER, Reply(tool_calls=[ScriptedCall("notify_user", '{"message": "again"}')]))
+    history = follow_up(first)
+    second = http_services.post("/v1/chat/completions", json={"model": "duet-services", "messages": history, "tools": [NOTIFY]}).json()
+    call = second["choices"][0]["message"]["tool_calls"][0]
+    history += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": "notified again"}]
+    upstream.script(ANSWER, answer_from_results)
+    third = http_services.post("/v1/chat/completions", json={"model": "duet-services", "messages": history, "tools": [NOTIFY]})
+    assert third.status_code == 200
+    messages = upstream.requests_for(ANSWER)[2].body["messages"]
+    calls = [c["function"]["name"] for m in messages if m.get("tool_calls") for c in m["tool_calls"]]
+    assert calls == ["lookup_customer", "notify_user", "notify_user"]
+    assert [m["content"] for m in messages if m["role"] == "tool"][1:] == ["notified", "notified again"]
+    assert "Look the customer up, then notify." in messages[0]["content"]

@@ -163,3 +163,68 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
     assert type(open_store(f"sqlite:///{tmp_path}/x.db")).__name__ == "SQLiteContinuationStore"
     with pytest.raises(ValueError, match="unsupported state URL"):
         open_store("postgres://x")
+
+
+def test_sse_parser_handles_crlf_split_across_reads() -> None:
+    from agents.model_client import _sse_data
+
+    class Content:
+        def __init__(self, pieces: list[bytes]) -> None:
+            self._pieces = pieces
+
+        async def iter_any(self):  # type: ignore[no-untyped-def]
+            for piece in self._pieces:
+                yield piece
+
+    class Response:
+        def __init__(self, pieces: list[bytes]) -> None:
+            self.content = Content(pieces)
+
+    async def collect(pieces: list[bytes]) -> list[bytes]:
+        return [data async for data in _sse_data(Response(pieces))]  # type: ignore[arg-type]
+
+    stream = b"data: one\r\n\r\n: comment\r\n\r\ndata: two\r\n\r\ndata: [DONE]\r\n\r\n"
+    for cut in range(1, len(stream)):  # every possible read boundary, CR|LF splits included
+        assert asyncio.run(collect([stream[:cut], stream[cut:]])) == [b"one", b"two", b"[DONE]"], cut
+
+
+def test_function_tool_arguments_keep_their_types() -> None:
+    from workbenches import PythonFunctionTool
+
+    tool = PythonFunctionTool("tests.service_tools_fixtures:report")
+    result = asyncio.run(tool.run_json({"window": {"days": 3}, "tags": ["a", "b"]}, cancellation_token=None))  # type: ignore[arg-type]
+    assert result == "3:a,b"
+
+
+def test_http_tool_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbenches import HttpToolSettings
+
+    monkeypatch.setenv("WEATHER_TOKEN", "s3cret")
+    tool = HttpToolSettings(name="w", url="https://api.example.com/w/{city}", headers={"Authorization": "Bearer ${WEATHER_TOKEN}"}).build()
+    assert tool.server_params.headers == {"Authorization": "Bearer s3cret"}
+    dumped = tool.dump_component().model_dump_json()
+    assert "s3cret" not in dumped and "${WEATHER_TOKEN}" in dumped  # exports keep the reference
+    from autogen_core.tools import BaseTool
+
+    assert BaseTool.load_component(tool.dump_component()).server_params.headers == {"Authorization": "Bearer s3cret"}  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="cannot carry a query"):
+        HttpToolSettings(name="w", url="https://api.example.com/w?key=abc").build()
+
+
+def test_internal_errors_do_not_leak_details() -> None:
+    from api.errors import as_api_error
+
+    error = as_api_error(RuntimeError('Traceback (most recent call last):\n  File "/site-packages/x.py"'))
+    assert error.status == 500 and "Traceback" not in error.detail.message and "site-packages" not in error.detail.message
+
+
+def test_environment_wins_over_the_yaml(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from api import ServiceConfig
+
+    config = tmp_path / "duet.yaml"
+    config.write_text("ping_interval: 0.3\nstate_url: memory://\npipelines: [{name: a, answer: {model: m}}]\n")
+    monkeypatch.setenv("DUET_CONFIG", str(config))
+    assert (ServiceConfig.from_env().ping_interval, ServiceConfig.from_env().state_url) == (0.3, "memory://")
+    monkeypatch.setenv("DUET_PING_INTERVAL", "9")
+    monkeypatch.setenv("DUET_STATE_URL", "sqlite:///x.db")
+    assert (ServiceConfig.from_env().ping_interval, ServiceConfig.from_env().state_url) == (9.0, "sqlite:///x.db")

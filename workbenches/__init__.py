@@ -6,7 +6,7 @@ Public API:
 - client tools: :class:`ProxyTool` (a client's schema, passed through verbatim), :func:`proxy_tools_from_openai`,
   :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject);
 - service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import path),
-  :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpToolSettings` (HTTP endpoints),
+  :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpServiceTool` / :class:`HttpToolSettings` (HTTP endpoints),
   :class:`ServiceTools` and :class:`ToolsSettings` (a pipeline's set, from the YAML);
 - :class:`RequestContext` — what a service tool's ``_context`` parameter receives.
 """
@@ -14,7 +14,7 @@ Public API:
 from .context import RequestContext, bind_request, current_request
 from .duet_workbench import DuetWorkbench, DuetWorkbenchConfig
 from .functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
-from .http_tools import HttpToolSettings
+from .http_tools import HttpServiceTool, HttpToolSettings
 from .mcp import McpServer, McpServerSettings, McpServerTool, McpServerUnavailable, stop_shared_servers
 from .proxy_tool import ClientSideToolError, ProxyTool, ProxyToolArgs, ProxyToolConfig, model_safe_name
 from .service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
@@ -25,6 +25,7 @@ __all__ = [
     "DuetWorkbench",
     "DuetWorkbenchConfig",
     "FunctionToolSettings",
+    "HttpServiceTool",
     "HttpToolSettings",
     "McpServer",
     "McpServerSettings",

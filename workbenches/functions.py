@@ -24,11 +24,13 @@ the request goes on.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import importlib
 import inspect
 import json
 import typing
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -40,6 +42,10 @@ from typing_extensions import Self
 from .context import current_request
 
 DEFAULT_TIMEOUT = 60.0
+
+# Sync tools run here, not in the event loop's default executor: a tool that overruns its timeout
+# keeps its thread until it returns (Python cannot stop a thread), and must not starve other work.
+_TOOL_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duet-tool")
 
 
 @dataclass(frozen=True)
@@ -145,13 +151,14 @@ class PythonFunctionTool(BaseTool[BaseModel, Any], Component[PythonFunctionToolC
         return self._timeout
 
     async def run(self, args: BaseModel, cancellation_token: CancellationToken) -> Any:
-        kwargs = args.model_dump()
+        kwargs = {name: getattr(args, name) for name in type(args).model_fields}  # nested models stay models
         if self._wants_context:
             kwargs["_context"] = current_request()
         if self._is_async:
             call = self._function(**kwargs)
         else:  # sync code runs in a worker thread, never on the event loop
-            call = asyncio.to_thread(functools.partial(self._function, **kwargs))
+            loop = asyncio.get_running_loop()
+            call = loop.run_in_executor(_TOOL_THREADS, contextvars.copy_context().run, functools.partial(self._function, **kwargs))
         try:
             return await asyncio.wait_for(call, self._timeout)
         except asyncio.TimeoutError:

@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, Optional
 from urllib.parse import urlsplit
 
 from autogen_ext.tools.http import HttpTool
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import Self
+
+
+def expand_env(values: dict[str, Any] | None) -> dict[str, Any]:
+    """``${NAME}`` in string values replaced by the environment variable (a secret stays out of files)."""
+    return {key: os.path.expandvars(value) if isinstance(value, str) else value for key, value in (values or {}).items()}
+
+
+class HttpServiceTool(HttpTool):
+    """autogen-ext's ``HttpTool`` whose header values may name environment variables
+    (``Authorization: "Bearer ${WEATHER_TOKEN}"``): expanded when the tool is built, kept as written
+    when it is dumped, so an exported team carries the reference and never the secret."""
+
+    component_provider_override = "workbenches.HttpServiceTool"
+
+    def __init__(self, *args: Any, headers: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
+        self._header_templates = dict(headers or {})
+        # An empty dict, not None: dump_component drops None values, and HttpToolConfig requires headers.
+        super().__init__(*args, headers=expand_env(headers), **kwargs)
+
+    def _to_config(self) -> Any:
+        config = super()._to_config()
+        config.headers = dict(self._header_templates)
+        return config
+
+    @classmethod
+    def _from_config(cls, config: Any) -> Self:
+        return cls(**config.model_dump())
 
 
 class HttpToolSettings(BaseModel):
@@ -21,15 +50,17 @@ class HttpToolSettings(BaseModel):
     description: str = ""
     url: str
     method: Literal["GET", "POST", "PUT", "DELETE", "PATCH"] = "POST"
-    headers: Optional[dict[str, Any]] = None
+    headers: Optional[dict[str, Any]] = Field(None, description="Values may use ${ENV_VAR}.")
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     timeout: float = 30.0
 
-    def build(self) -> HttpTool:
+    def build(self) -> HttpServiceTool:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"HTTP tool {self.name!r}: {self.url!r} is not an http(s) URL")
-        return HttpTool(
+        if parts.query or parts.fragment:
+            raise ValueError(f"HTTP tool {self.name!r}: the URL cannot carry a query; declare its fields in 'parameters'")
+        return HttpServiceTool(
             name=self.name,
             description=self.description or f"{self.method} {self.url}",
             scheme=parts.scheme,  # type: ignore[arg-type]
@@ -37,7 +68,7 @@ class HttpToolSettings(BaseModel):
             port=parts.port or (443 if parts.scheme == "https" else 80),
             path=parts.path or "/",
             method=self.method,
-            headers=self.headers or {},  # None would not survive dump_component (it drops None values)
+            headers=self.headers,
             json_schema=self.parameters,
             return_type="text",
             timeout=self.timeout,

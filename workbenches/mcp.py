@@ -20,6 +20,7 @@ from autogen_ext.tools.mcp import McpServerParams, McpWorkbench, StdioServerPara
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from typing_extensions import Self
 
+from .http_tools import expand_env
 from .proxy_tool import ProxyToolArgs
 
 logger = logging.getLogger(__name__)
@@ -35,10 +36,10 @@ class McpServerSettings(BaseModel):
     name: str
     command: Optional[str] = None
     args: list[str] = Field(default_factory=list)
-    env: Optional[dict[str, str]] = None
+    env: Optional[dict[str, str]] = Field(None, description="Values may use ${ENV_VAR}.")
     cwd: Optional[str] = None
     url: Optional[str] = None
-    headers: Optional[dict[str, str]] = None
+    headers: Optional[dict[str, str]] = Field(None, description="Values may use ${ENV_VAR}.")
     timeout: float = Field(30.0, description="Seconds a call may take.")
 
     def params(self) -> McpServerParams:
@@ -75,7 +76,13 @@ class McpServer:
 
     async def start(self) -> list[ToolSchema]:
         """Starts the server and reads its tools. Raises if it cannot start."""
-        workbench = McpWorkbench(self.params)
+        # ${ENV_VAR} references are expanded only here: the parameters a team file keeps stay references.
+        params = self.params
+        if isinstance(params, StdioServerParams) and params.env:
+            params = params.model_copy(update={"env": expand_env(params.env)})
+        elif isinstance(params, StreamableHttpServerParams) and params.headers:
+            params = params.model_copy(update={"headers": expand_env(params.headers)})
+        workbench = McpWorkbench(params)
         try:
             await workbench.start()
             self._tools = await workbench.list_tools()

@@ -1,0 +1,105 @@
+"""The Python API (``agents.Duet``) used directly, without the HTTP service."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import pytest
+from autogen_agentchat.messages import TextMessage
+from autogen_core import CancellationToken
+
+from agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
+from tests.conftest import ANSWER, REASONER, ROOT
+from tests.scripted_upstream import Reply, ScriptedUpstream
+from workbenches import McpServerSettings, ToolsSettings
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def settings(upstream: ScriptedUpstream, **extra: object) -> PipelineSettings:
+    return PipelineSettings(reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
+                            answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER), **extra)  # type: ignore[arg-type]
+
+
+def test_cancelling_the_token_ends_the_stream(upstream: ScriptedUpstream) -> None:
+    upstream.script(REASONER, Reply(reasoning=[f"step {i} " for i in range(40)], delay_between=0.2))
+
+    async def main() -> list[str]:
+        token = CancellationToken()
+        kinds: list[str] = []
+        async with Duet.from_settings(settings(upstream)) as duet:
+            async for event in duet.stream(USER, cancellation_token=token):
+                kinds.append(event.kind)
+                if isinstance(event, ReasoningDelta):
+                    token.cancel()
+                if isinstance(event, Failed):
+                    assert isinstance(event.error, asyncio.CancelledError)
+            with pytest.raises(asyncio.CancelledError):
+                token = CancellationToken()
+                token.cancel()
+                await duet.run(USER, cancellation_token=token)
+        return kinds
+
+    started = time.monotonic()
+    kinds = asyncio.run(asyncio.wait_for(main(), 10))
+    assert kinds[0] == "reasoning" and kinds[-1] == "error" and time.monotonic() - started < 3
+    assert upstream.requests_for(REASONER)[0].ended.wait(5) and upstream.requests_for(REASONER)[0].aborted
+
+
+def test_new_team_runs_with_agentchat(upstream: ScriptedUpstream) -> None:
+    upstream.script(REASONER, Reply(reasoning=["plan"]))
+    upstream.script(ANSWER, Reply(content=["answer"]))
+
+    async def main() -> list[str]:
+        duet = Duet.from_settings(settings(upstream))
+        try:
+            result = await asyncio.wait_for(duet.new_team().run(task="hi"), 10)
+        finally:
+            await duet.close()
+        return [m.content for m in result.messages if isinstance(m, TextMessage)]
+
+    assert asyncio.run(main()) == ["hi", "plan", "answer"]
+
+
+def test_team_file_pipelines_close_the_clients_they_load() -> None:
+    """Each pooled team of a team file has its own model clients: failed teams and, at close, idle
+    teams close them, and with them their upstream connections."""
+    with ScriptedUpstream() as upstream:  # its own: other servers keep pooled connections to the shared one
+        _close_the_clients(upstream)
+
+
+def _close_the_clients(upstream: ScriptedUpstream) -> None:
+    document = export_team(settings(upstream))
+
+    async def main() -> None:
+        duet = Duet.from_team(document)
+        for _ in range(3):
+            upstream.script(REASONER, Reply(status=500))
+            assert isinstance([e async for e in duet.stream(USER)][-1], Failed)
+        for _ in range(2):
+            assert [e async for e in duet.stream(USER)][-1].kind == "done"
+        await asyncio.sleep(0.2)  # the last team settles back into the pool
+        await duet.close()
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 5
+    while upstream.open_connections and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.open_connections == 0
+
+
+def test_close_stops_the_mcp_servers(upstream: ScriptedUpstream, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mcp = McpServerSettings(name="calc", command=sys.executable, args=["-m", "tests.mcp_server"], cwd=str(ROOT),
+                            env={"PYTHONPATH": str(ROOT)})
+
+    async def main() -> tuple[dict, dict]:  # type: ignore[type-arg]
+        duet = Duet.from_settings(settings(upstream, tools=ToolsSettings(mcp=[mcp])))
+        async with duet:
+            running = duet.services.status()
+            assert {"add", "shout"} <= duet.service_tool_names
+        return running, duet.services.status()
+
+    running, after = asyncio.run(main())
+    assert running["calc"]["status"] == "running" and after["calc"]["status"] == "stopped"
