@@ -30,6 +30,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_for_port(port: int, timeout: float = 30) -> None:
+    """Until something listens on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def stop_process(process: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """Stops a process the tests started, by its PID: politely, then firmly."""
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
 class DuetServer:
     """``duet serve`` in a subprocess; stopped by its PID."""
 
@@ -71,12 +92,7 @@ class DuetServer:
         return health
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        stop_process(self.process)
         self._log_file.close()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ import openai
 import pytest
 import yaml
 
-from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, DuetServer, free_port, sse_events, tool
+from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, DuetServer, free_port, sse_events, stop_process, tool, wait_for_port
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
 QUESTION = [{"role": "user", "content": "Who is a@b.c?"}]
@@ -68,15 +67,9 @@ def mcp_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "tests.mcp_server", "--http", str(port)], cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
+    wait_for_port(port)
     yield f"http://127.0.0.1:{port}/mcp"
-    process.terminate()
-    process.wait(10)
+    stop_process(process)
 
 
 def services_config(upstream: ScriptedUpstream, weather_url: str, mcp_url: str, pid_file: Path) -> dict[str, Any]:
@@ -295,15 +288,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                                 "--dir", str(tmp_path_factory.mktemp("redis"))], stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
+    wait_for_port(port)
     yield f"redis://127.0.0.1:{port}/0"
-    process.terminate()
-    process.wait(10)
+    stop_process(process)
 
 
 @pytest.fixture(scope="module")

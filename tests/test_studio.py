@@ -20,7 +20,7 @@ from autogen_core import ComponentModel
 from autogenstudio.validation.validation_service import ValidationService
 
 from agents import AnswerSettings, PipelineSettings, ReasonerSettings, export_team
-from tests.conftest import ANSWER, REASONER, ROOT, free_port, tool
+from tests.conftest import ANSWER, REASONER, ROOT, free_port, stop_process, tool
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 from workbenches import model_safe_name, proxy_tools_from_openai
 
@@ -54,11 +54,7 @@ class StudioProcess:
         raise RuntimeError(f"AutoGen Studio did not start:\n{log.read_text()}")
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
         self._log.close()
 
 
