@@ -41,8 +41,10 @@ class StudioProcess:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._log = log.open("w")
+        # Studio writes files (a .coding folder) into its working directory: not into the repository.
         self.process = subprocess.Popen([STUDIO, *args, "--host", "127.0.0.1", "--port", str(self.port)],
-                                        cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT)
+                                        cwd=log.parent, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                                        stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             assert self.process.poll() is None, log.read_text()
