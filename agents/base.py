@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from typing import Any, AsyncGenerator, Sequence
 
+import openai
 from autogen_agentchat.agents import BaseChatAgent
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import (
@@ -22,14 +24,20 @@ from pydantic import BaseModel, Field
 
 from workbenches import DuetWorkbench
 
+from .errors import DuetError
 from .events import ContentDelta, DuetEvent, Failed, ReasoningDelta, ToolCallsRequested
 from .run_context import DuetRun, current_run
+
+logger = logging.getLogger(__name__)
 
 CLIENT = "client"
 """The pseudo-agent that stands for the HTTP client: conversations come from it, client tool calls go to it."""
 
 REASONING_METADATA = {"duet": "reasoning"}
 """Marks the reasoning agent's message so the answer agent can tell reasoning from conversation."""
+
+FAILED_METADATA = {"duet": "failed"}
+"""Marks the handoff with which an agent ends a Duet run that failed (the failure went out as an event)."""
 
 
 class DuetAgentConfig(BaseModel):
@@ -152,9 +160,19 @@ class DuetAgent(BaseChatAgent):
                     if event is not None:
                         yield event
         except Exception as exc:
-            if run is not None:
-                run.emit(Failed(message=str(exc), error=exc))
-            raise
+            if run is None:
+                raise  # a plain AgentChat run (AutoGen Studio) reports errors the AgentChat way
+            # In a Duet run the failure goes to the caller as an event, and the agent ends the team
+            # with a handoff to the client instead of raising: the team stays healthy for its next
+            # request, and AutoGen's runtime does not log a traceback for an upstream's bad day.
+            if isinstance(exc, (DuetError, openai.APIError)):  # an upstream failed: expected, not a bug
+                logger.warning("%s failed in request %s: %s", self.name, run.request_id, exc)
+            else:
+                logger.exception("%s failed in request %s", self.name, run.request_id)
+            run.emit(Failed(message=str(exc), error=exc))
+            yield Response(
+                chat_message=HandoffMessage(source=self.name, target=CLIENT, content=f"{self.name} failed: {exc}", metadata=FAILED_METADATA)
+            )
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to reset: every turn gets the whole conversation."""

@@ -390,6 +390,8 @@ class Duet:
             async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
                 if isinstance(message, TextMessage) and message.metadata.get("duet") == "reasoning" and message.content:
                     reasoning.append(message.content)
+                elif isinstance(message, HandoffMessage) and message.metadata.get("duet") == "failed":
+                    pass  # the agent already sent Failed; the team ended cleanly and can be reused
                 elif isinstance(message, HandoffMessage) and message.target == CLIENT:
                     finish_reason = "tool_calls"
                     await self._keep(message.context, "\n\n".join(reasoning) or earlier_reasoning)

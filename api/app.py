@@ -24,6 +24,14 @@ from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
 logger = logging.getLogger("duet")
 
 
+class _DropCancellations(logging.Filter):
+    """A client that hangs up cancels its run; AutoGen's runtime logs each cancelled handler as an
+    error with a traceback. That is the service working as intended, not something to page about."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
 @dataclass
 class ServiceConfig:
     """What the app serves, resolved from the environment, a YAML file or a team file."""
@@ -72,6 +80,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     config = config or ServiceConfig.from_env()
     # The runtime's OpenTelemetry spans cost ~0.2 ms per request; opt back in by setting it to "false".
     os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+    logging.getLogger("autogen_core").addFilter(_DropCancellations())
     auth = BearerAuth(config.api_keys)
     continuations = open_store(config.state_url)
     pipelines = config.build(continuations)

@@ -110,3 +110,19 @@ def test_repeated_hang_ups_leave_no_connections_behind(duet: DuetServer, upstrea
     settle(duet, baseline)
     # Aborted upstream connections are closed, not parked in the pool.
     assert wait_for(lambda: upstream.open_connections <= 3), upstream.open_connections
+
+
+def test_hang_ups_and_upstream_failures_are_not_logged_as_crashes(duet: DuetServer, upstream: ScriptedUpstream) -> None:
+    """A hang-up is the service working; an upstream failure is one warning line. Neither is a traceback."""
+    before = duet.log.read_text().count("Traceback")
+    upstream.script(REASONER, SLOW_THOUGHTS)
+    with httpx.Client(base_url=duet.base_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30) as client:
+        with client.stream("POST", "/v1/chat/completions", json={"model": "duet", "stream": True, "messages": USER}) as response:
+            next(line for line in response.iter_lines() if "reasoning_content" in line)
+        upstream.script(ANSWER, Reply(status=503, error_message="busy"))
+        assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 502
+    assert wait_for(lambda: all(r.ended.is_set() for r in upstream.requests))
+    duet.wait_idle()
+    log = duet.log.read_text()
+    assert log.count("Traceback") == before
+    assert "answerer failed in request chatcmpl-" in log and "busy" in log
