@@ -98,28 +98,39 @@ async def throughput(call, concurrency: int, seconds: float) -> float:
 
 async def measure(args: argparse.Namespace, duet_pid: int, duet_url: str, upstream_url: str) -> dict[str, float]:
     results: dict[str, float] = {}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        client = Client(session)
-        duet_call = lambda: client.stream(duet_url, "duet")  # noqa: E731
-        direct_call = lambda: direct_pair(client, upstream_url)  # noqa: E731
+
+    def session() -> aiohttp.ClientSession:
+        # A session per phase: a connection left idle through another phase may be closed by the
+        # server's keep-alive timeout just as it is reused, which would fail a request spuriously.
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async with session() as warm:
+        client = Client(warm)
         for _ in range(args.warmup):
-            await duet_call()
-            await direct_call()
+            await client.stream(duet_url, "duet")
+            await direct_pair(client, upstream_url)
 
+    async with session() as http:
+        client = Client(http)
         ttft_direct = [(await client.stream(upstream_url, REASONER))[0] for _ in range(args.requests)]
-        ttft_duet = [(await duet_call())[0] for _ in range(args.requests)]
-        results["ttft_direct_ms"] = statistics.median(ttft_direct) * 1000
-        results["ttft_duet_ms"] = statistics.median(ttft_duet) * 1000
-        results["ttft_overhead_ms"] = results["ttft_duet_ms"] - results["ttft_direct_ms"]
-
+    async with session() as http:
+        client = Client(http)
+        ttft_duet = [(await client.stream(duet_url, "duet"))[0] for _ in range(args.requests)]
         cpu_before = cpu_seconds(duet_pid)
         for _ in range(args.requests):
-            await duet_call()
+            await client.stream(duet_url, "duet")
         results["duet_cpu_ms_per_request"] = (cpu_seconds(duet_pid) - cpu_before) / args.requests * 1000
+    results["ttft_direct_ms"] = statistics.median(ttft_direct) * 1000
+    results["ttft_duet_ms"] = statistics.median(ttft_duet) * 1000
+    results["ttft_overhead_ms"] = results["ttft_duet_ms"] - results["ttft_direct_ms"]
 
-        for concurrency in (1, 16):
-            results[f"rps_direct_c{concurrency}"] = await throughput(direct_call, concurrency, args.seconds)
-            results[f"rps_duet_c{concurrency}"] = await throughput(duet_call, concurrency, args.seconds)
+    for concurrency in (1, 16):
+        async with session() as http:
+            client = Client(http)
+            results[f"rps_direct_c{concurrency}"] = await throughput(lambda c=client: direct_pair(c, upstream_url), concurrency, args.seconds)
+        async with session() as http:
+            client = Client(http)
+            results[f"rps_duet_c{concurrency}"] = await throughput(lambda c=client: c.stream(duet_url, "duet"), concurrency, args.seconds)
     return results
 
 
