@@ -302,15 +302,22 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
 
     async def _open(self, body: bytes, cancellation_token: CancellationToken | None) -> aiohttp.ClientResponse:
         session = self._get_session()
-        request = asyncio.ensure_future(session.post(self._url, data=body, headers=self._headers))
-        if cancellation_token is not None:
-            cancellation_token.link_future(request)
-        try:
-            response = await request
-        except asyncio.TimeoutError as exc:
-            raise UpstreamTimeout(f"{self._config.model} at {self._url} did not answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamConnectionError(f"cannot reach {self._config.model} at {self._url}: {exc}") from exc
+        for attempt in (1, 2):
+            request = asyncio.ensure_future(session.post(self._url, data=body, headers=self._headers))
+            if cancellation_token is not None:
+                cancellation_token.link_future(request)
+            try:
+                response = await request
+                break
+            except asyncio.TimeoutError as exc:
+                raise UpstreamTimeout(f"{self._config.model} at {self._url} did not answer in time") from exc
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # A pooled keep-alive connection the server closed just as it was reused: one more
+                # try, on a fresh connection, as the openai SDK would.
+                if attempt == 2:
+                    raise UpstreamConnectionError(f"cannot reach {self._config.model} at {self._url}: {exc}") from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamConnectionError(f"cannot reach {self._config.model} at {self._url}: {exc}") from exc
         if response.status != 200:
             try:
                 raw = await response.read()

@@ -59,6 +59,7 @@ class Reply:
     fault_after: int = 0  # chunks sent before the fault
     interleave_calls: bool = False  # send parallel calls' fragments interleaved (index-keyed)
     crlf: bool = False  # end SSE lines with \r\n (sse-starlette's default)
+    drop_connection: bool = False  # close the connection without answering (a stale keep-alive connection)
 
 
 @dataclass
@@ -223,6 +224,11 @@ class ScriptedUpstream:
         record = RecordedRequest(model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic())
         self.requests.append(record)
         reply = self._next_reply(body)
+        if reply.drop_connection:
+            record.aborted = True
+            record.ended.set()
+            writer.transport.abort()
+            return False
         try:
             if reply.delay:
                 if await _closed_within(reader, reply.delay):

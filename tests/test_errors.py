@@ -165,3 +165,11 @@ def test_bad_requests_are_not_logged_as_crashes(http: httpx.Client, duet: DuetSe
     assert_error(http.post("/v1/chat/completions", json={"model": "duet", "messages": [{"role": "wizard"}]}), 400)
     assert_error(http.post("/v1/chat/completions", json={"model": "duet", "messages": [{"role": "user", "content": 1}]}), 400)
     assert "Exception in ASGI application" not in duet.log.read_text()
+
+
+def test_a_dropped_upstream_connection_is_tried_once_more(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    """A keep-alive connection the upstream closed as Duet reused it: retried on a fresh connection."""
+    upstream.script(ANSWER, Reply(drop_connection=True), Reply(content=["fine"]))
+    response = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER})
+    assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "fine"
+    assert len(upstream.requests_for(ANSWER)) == 2
