@@ -6,7 +6,8 @@ answer N tokens):
 
 - time to first token: Duet's first reasoning delta vs the reasoning model's first delta, direct;
 - requests/s at concurrency 1 and 16: through Duet vs a client making both upstream calls itself;
-- Duet's own CPU time per request (user + system time of the ``duet`` process, from /proc).
+- Duet's own CPU time per request (user + system time of the ``duet`` process, from /proc);
+- Duet's memory: resident set size at start, after all runs, and its peak.
 
 Run from the repository root: ``python bench/bench.py`` (``--help`` for options).
 """
@@ -34,6 +35,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """Resident set size now, and its peak, of a process (from /proc)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
 def cpu_seconds(pid: int) -> float:
@@ -104,6 +111,7 @@ async def measure(args: argparse.Namespace, duet_pid: int, duet_url: str, upstre
         # server's keep-alive timeout just as it is reused, which would fail a request spuriously.
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
+    results["duet_rss_started_mb"] = memory_mb(duet_pid)[0]
     async with session() as warm:
         client = Client(warm)
         for _ in range(args.warmup):
@@ -131,6 +139,7 @@ async def measure(args: argparse.Namespace, duet_pid: int, duet_url: str, upstre
         async with session() as http:
             client = Client(http)
             results[f"rps_duet_c{concurrency}"] = await throughput(lambda c=client: c.stream(duet_url, "duet"), concurrency, args.seconds)
+    results["duet_rss_after_mb"], results["duet_rss_peak_mb"] = memory_mb(duet_pid)
     return results
 
 
@@ -179,6 +188,8 @@ def main() -> None:
     print(f"  duet CPU per request  {results['duet_cpu_ms_per_request']:.2f} ms")
     for c in (1, 16):
         print(f"  requests/s c={c:<3}      direct {results[f'rps_direct_c{c}']:.1f}   duet {results[f'rps_duet_c{c}']:.1f}")
+    print(f"  duet memory (RSS)     started {results['duet_rss_started_mb']:.0f} MB   after the runs "
+          f"{results['duet_rss_after_mb']:.0f} MB   peak {results['duet_rss_peak_mb']:.0f} MB")
 
 
 if __name__ == "__main__":
