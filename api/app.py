@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from contextlib import asynccontextmanager
@@ -91,6 +92,12 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             for duet in pipelines.values():
                 await duet.open()  # MCP servers start here; one that cannot start stops the service
             app.state.service = ChatCompletionsService(pipelines, ping_interval=config.ping_interval)
+            # Everything built so far lives as long as the service: keep the cyclic GC from walking
+            # it again on every collection, and collect less often (a request allocates thousands of
+            # short-lived objects; bench/: ~0.4 ms less CPU per request, same memory).
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(20_000, 20, 20)
             if not auth.enabled:
                 logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
             logger.info("serving %s", ", ".join(pipelines))
