@@ -26,8 +26,9 @@ from typing_extensions import Self
 
 from workbenches import DuetWorkbench
 
-from .base import CLIENT, DuetAgent, DuetAgentConfig, read_messages, sum_usage, workbench_from_config
+from .base import CLIENT, DuetAgent, DuetAgentConfig, read_messages, agent_arguments
 from .conversation import new_call_id, without_images
+from .model_client import add_usage
 from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .run_context import AnswerOptions, DuetRun
 from .thinking import ThinkTagSplitter
@@ -152,7 +153,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 yield ContentDelta(text=text)
             spoke = spoke or bool(text_parts)
             assert result is not None
-            total = sum_usage(total, result.usage)
+            total = add_usage(total, result.usage)
             yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens)
             answer = "".join(text_parts).lstrip("\n")
 
@@ -260,13 +261,4 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
 
     @classmethod
     def _from_config(cls, config: AnswerAgentConfig) -> Self:
-        workbench = workbench_from_config(config)
-        return cls(
-            config.name,
-            ChatCompletionClient.load_component(config.model_client),
-            description=config.description,
-            system_message=config.system_message,
-            workbench=None if config.tools is not None else workbench,
-            tools=list(workbench.tools) if config.tools is not None and workbench is not None else None,  # type: ignore[attr-defined]
-            max_tool_rounds=config.max_tool_rounds,
-        )
+        return cls(config.name, **agent_arguments(config), max_tool_rounds=config.max_tool_rounds)

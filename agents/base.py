@@ -18,7 +18,7 @@ from autogen_agentchat.messages import (
     ToolCallRequestEvent,
 )
 from autogen_core import CancellationToken, ComponentModel, FunctionCall
-from autogen_core.models import ChatCompletionClient, LLMMessage, RequestUsage
+from autogen_core.models import ChatCompletionClient, LLMMessage
 from autogen_core.tools import BaseTool, Workbench
 from pydantic import BaseModel, Field
 
@@ -52,16 +52,28 @@ class DuetAgentConfig(BaseModel):
     tools: list[ComponentModel] | None = Field(None, description="Tools as a flat list (AutoGen Studio shows these).")
 
 
+def agent_arguments(config: DuetAgentConfig) -> dict[str, Any]:
+    """The constructor arguments both agents' configs share: the model client, the description,
+    the system message, and the ``tools`` or ``workbench`` (each loaded once)."""
+    arguments: dict[str, Any] = {
+        "model_client": ChatCompletionClient.load_component(config.model_client),
+        "description": config.description,
+        "system_message": config.system_message,
+    }
+    if config.tools is not None:
+        arguments["tools"] = [BaseTool.load_component(tool) for tool in config.tools]
+    elif config.workbench is not None:
+        arguments["workbench"] = Workbench.load_component(config.workbench)
+    return arguments
+
+
 def workbench_from_config(config: DuetAgentConfig) -> Workbench | None:
+    """The workbench an agent config describes, whichever form it takes."""
     if config.tools is not None:
         return DuetWorkbench([BaseTool.load_component(tool) for tool in config.tools])
     if config.workbench is not None:
         return Workbench.load_component(config.workbench)
     return None
-
-
-def sum_usage(a: RequestUsage, b: RequestUsage) -> RequestUsage:
-    return RequestUsage(prompt_tokens=a.prompt_tokens + b.prompt_tokens, completion_tokens=a.completion_tokens + b.completion_tokens)
 
 
 def estimate_tokens(messages: Sequence[LLMMessage]) -> int:

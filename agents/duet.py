@@ -22,13 +22,12 @@ from pydantic import BaseModel
 from workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, bind_request, proxy_tools_from_openai
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
-from .base import CLIENT, workbench_from_config
-from .base import REASONING_METADATA
+from .base import CLIENT, REASONING_METADATA, workbench_from_config
+from .continuations import Continuation, ContinuationStore, MemoryContinuationStore, splice, tool_rounds
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results, last_user_text
 from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .model_client import ANSWER_MODEL_INFO
-from .continuations import Continuation, ContinuationStore, MemoryContinuationStore, splice, tool_rounds
 from .run_context import AnswerOptions, DuetRun, bind_run
 from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, PipelineSettings, ReasoningOutput
@@ -138,6 +137,33 @@ class DuetResult(BaseModel):
     completion_tokens: int = 0
     finish_reason: FinishReason = "stop"
 
+    @classmethod
+    def of(cls, events: Sequence[DuetEvent]) -> "DuetResult":
+        """Collects a run's events. Where the answer model's thinking follows the reasoner's, the
+        reasoning starts a new paragraph (as the HTTP stream does)."""
+        result = cls()
+        reasoning: list[str] = []
+        content: list[str] = []
+        source = ""
+        for event in events:
+            if isinstance(event, ReasoningDelta):
+                if source and event.source != source:
+                    reasoning.append("\n\n")
+                source = event.source
+                reasoning.append(event.text)
+            elif isinstance(event, ContentDelta):
+                content.append(event.text)
+            elif isinstance(event, ToolCallsRequested):
+                result.tool_calls.extend(event.calls)
+            elif isinstance(event, Usage):
+                result.prompt_tokens += event.prompt_tokens
+                result.completion_tokens += event.completion_tokens
+            elif isinstance(event, Finished):
+                result.finish_reason = event.finish_reason
+        result.reasoning = "".join(reasoning)
+        result.content = "".join(content)
+        return result
+
 
 @dataclass(eq=False)
 class TeamSlot:
@@ -198,11 +224,11 @@ class Duet:
     options) and runs the team on its AutoGen runtime.
     """
 
-    def __init__(
+    def __init__(  # team_factory: pooled teams for runs; team_builder: standalone teams
         self,
         team_factory: Callable[[], TeamSlot],
         *,
-        team_builder: Callable[[], Team] | None = None,
+        team_builder: Callable[[], Team],
         name: str = "duet",
         services: ServiceTools | None = None,
         reasoning_output: ReasoningOutput = "reasoning_content",
@@ -214,7 +240,7 @@ class Duet:
         self.reasoning_output: ReasoningOutput = reasoning_output
         self.services = services or ServiceTools()
         self.continuations = continuations or MemoryContinuationStore()
-        self._team_builder = team_builder or (lambda: team_factory().team)
+        self._team_builder = team_builder  # fresh teams on an embedded runtime, for new_team()
         self._pool = TeamPool(team_factory, max_idle_teams)
         self._model_clients = list(model_clients)
 
@@ -345,26 +371,10 @@ class Duet:
 
     async def run(self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any) -> DuetResult:
         """Like :meth:`stream`, collected into one :class:`DuetResult`. Raises the run's error."""
-        result = DuetResult()
-        reasoning: list[str] = []
-        content: list[str] = []
-        async for event in self.stream(messages, **kwargs):
-            if isinstance(event, ReasoningDelta):
-                reasoning.append(event.text)
-            elif isinstance(event, ContentDelta):
-                content.append(event.text)
-            elif isinstance(event, ToolCallsRequested):
-                result.tool_calls.extend(event.calls)
-            elif isinstance(event, Usage):
-                result.prompt_tokens += event.prompt_tokens
-                result.completion_tokens += event.completion_tokens
-            elif isinstance(event, Finished):
-                result.finish_reason = event.finish_reason
-            elif isinstance(event, Failed):
-                raise event.error
-        result.reasoning = "".join(reasoning)
-        result.content = "".join(content)
-        return result
+        events = [event async for event in self.stream(messages, **kwargs)]
+        if isinstance(events[-1], Failed):
+            raise events[-1].error
+        return DuetResult.of(events)
 
     async def _drive(self, conversation: list[LLMMessage], run: DuetRun, token: CancellationToken) -> None:
         # Bound in this task's context; the runtime started below inherits both.

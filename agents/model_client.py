@@ -423,8 +423,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             prompt_tokens=int((usage or {}).get("prompt_tokens") or 0),
             completion_tokens=int((usage or {}).get("completion_tokens") or 0),
         )
-        self._total_usage = _add(self._total_usage, request_usage)
-        self._actual_usage = _add(self._actual_usage, request_usage)
+        self._total_usage = add_usage(self._total_usage, request_usage)
+        self._actual_usage = add_usage(self._actual_usage, request_usage)
         text_out = "".join(content)
         reasoning_out = "".join(thought) or None
         if calls:
@@ -505,7 +505,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         return cls(**config.model_dump())
 
 
-def _add(a: RequestUsage, b: RequestUsage) -> RequestUsage:
+def add_usage(a: RequestUsage, b: RequestUsage) -> RequestUsage:
     return RequestUsage(
         prompt_tokens=a.prompt_tokens + b.prompt_tokens, completion_tokens=a.completion_tokens + b.completion_tokens
     )

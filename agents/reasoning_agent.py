@@ -12,7 +12,7 @@ from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, 
 from autogen_core.tools import BaseTool, ToolSchema, Workbench
 from typing_extensions import Self
 
-from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_tokens, read_messages, workbench_from_config
+from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_tokens, read_messages, agent_arguments
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
 from .run_context import DuetRun
@@ -155,14 +155,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
 
     @classmethod
     def _from_config(cls, config: ReasoningAgentConfig) -> Self:
-        workbench = workbench_from_config(config)
         return cls(
             config.name,
-            ChatCompletionClient.load_component(config.model_client),
-            description=config.description,
-            system_message=config.system_message,
-            workbench=None if config.tools is not None else workbench,
-            tools=list(workbench.tools) if config.tools is not None and workbench is not None else None,  # type: ignore[attr-defined]
+            **agent_arguments(config),
             reason_on_tool_results=config.reason_on_tool_results,
             stop_after_thinking=config.stop_after_thinking,
         )

@@ -130,7 +130,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             "pipelines": list(svc.pipelines),
             "in_flight": svc.in_flight,
             "tasks": len(asyncio.all_tasks()),
-            "mcp_servers": {name: duet.services.status() for name, duet in svc.pipelines.items() if duet.services.status()},
+            "mcp_servers": {name: status for name, duet in svc.pipelines.items() if (status := duet.services.status())},
         }
 
     # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.

@@ -14,16 +14,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput, conversation_from_openai
+from agents import AnswerOptions, Duet, DuetEvent, DuetResult, DuetStream, Failed, ReasoningOutput, conversation_from_openai
 from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 
 from .chunks import DONE, ChunkEncoder
 from .errors import APIError, as_api_error
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
 from .sse import EventStreamResponse, wait_for_disconnect
-
-_END_KINDS = ("done", "error")
-
 
 def parse_request(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
     """The validated request, and the body as parsed (tool schemas are passed on from it, untouched)."""
@@ -82,12 +79,12 @@ class StreamAdapter:
     """Turns the duet's events into chunk bytes for one response."""
 
     __slots__ = (
-        "encoder", "_enc", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "_reasoning_source",
+        "encoder", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "_reasoning_source",
         "prompt_tokens", "completion_tokens",
     )
 
     def __init__(self, encoder: ChunkEncoder, reasoning_output: ReasoningOutput, legacy: bool, include_usage: bool) -> None:
-        self.encoder = self._enc = encoder
+        self.encoder = encoder
         self._mode = reasoning_output
         self._legacy = legacy
         self._include_usage = include_usage
@@ -100,13 +97,13 @@ class StreamAdapter:
     def _close_think(self) -> bytes:
         if self._think_open:
             self._think_open = False
-            return self._enc.content("\n</think>\n\n")
+            return self.encoder.content("\n</think>\n\n")
         return b""
 
     def encode(self, event: DuetEvent) -> bytes:
         kind = event.kind
         if kind == "content":
-            text = self._enc.content(event.text)  # type: ignore[union-attr]
+            text = self.encoder.content(event.text)  # type: ignore[union-attr]
             return self._close_think() + text if self._think_open else text
         if kind == "reasoning":
             if self._mode == "hidden":
@@ -117,11 +114,11 @@ class StreamAdapter:
                     text = "\n\n" + text  # the answer model's thinking follows the reasoner's
                 self._reasoning_source = event.source  # type: ignore[union-attr]
             if self._mode == "reasoning_content":
-                return self._enc.reasoning(text)
+                return self.encoder.reasoning(text)
             if self._think_open:
-                return self._enc.content(text)
+                return self.encoder.content(text)
             self._think_open = True
-            return self._enc.content("<think>\n" + text)
+            return self.encoder.content("<think>\n" + text)
         if kind == "usage":
             self.prompt_tokens += event.prompt_tokens  # type: ignore[union-attr]
             self.completion_tokens += event.completion_tokens  # type: ignore[union-attr]
@@ -130,11 +127,11 @@ class StreamAdapter:
             out = [self._close_think()]
             for call in event.calls:  # type: ignore[union-attr]
                 if self._legacy:
-                    out += [self._enc.function_call_head(call.name), self._enc.function_call_arguments(call.arguments)]
+                    out += [self.encoder.function_call_head(call.name), self.encoder.function_call_arguments(call.arguments)]
                     break  # legacy clients take one call
                 out += [
-                    self._enc.tool_call_head(self._tool_index, call.id, call.name),
-                    self._enc.tool_call_arguments(self._tool_index, call.arguments),
+                    self.encoder.tool_call_head(self._tool_index, call.id, call.name),
+                    self.encoder.tool_call_arguments(self._tool_index, call.arguments),
                 ]
                 self._tool_index += 1
             return b"".join(out)
@@ -142,51 +139,34 @@ class StreamAdapter:
             reason = event.finish_reason  # type: ignore[union-attr]
             if self._legacy and reason == "tool_calls":
                 reason = "function_call"
-            out = self._close_think() + self._enc.finish(reason)
+            out = self._close_think() + self.encoder.finish(reason)
             if self._include_usage:
-                out += self._enc.usage(self.prompt_tokens, self.completion_tokens)
+                out += self.encoder.usage(self.prompt_tokens, self.completion_tokens)
             return out + DONE
         if kind == "error":
-            return self._close_think() + self._enc.error(as_api_error(event.error).body())  # type: ignore[union-attr]
+            return self._close_think() + self.encoder.error(as_api_error(event.error).body())  # type: ignore[union-attr]
         return b""
-
-
-def reasoning_text(events: list[DuetEvent]) -> str:
-    """All reasoning of a run; a new paragraph where the answer model's thinking follows the reasoner's."""
-    parts: list[str] = []
-    source = ""
-    for event in events:
-        if event.kind == "reasoning":
-            if event.source != source and source:  # type: ignore[union-attr]
-                parts.append("\n\n")
-            source = event.source  # type: ignore[union-attr]
-            parts.append(event.text)  # type: ignore[union-attr]
-    return "".join(parts)
 
 
 def completion_body(
     completion_id: str, created: int, model: str, reasoning_output: ReasoningOutput, legacy: bool, events: list[DuetEvent]
 ) -> dict[str, Any]:
     """One ``chat.completion`` from all the events of a run."""
-    reasoning = reasoning_text(events)
-    content = "".join(e.text for e in events if e.kind == "content")  # type: ignore[union-attr]
-    calls = [call for e in events if e.kind == "tool_calls" for call in e.calls]  # type: ignore[union-attr]
-    prompt = sum(e.prompt_tokens for e in events if e.kind == "usage")  # type: ignore[union-attr]
-    completion = sum(e.completion_tokens for e in events if e.kind == "usage")  # type: ignore[union-attr]
-    finish = next((e.finish_reason for e in events if e.kind == "done"), "stop")  # type: ignore[union-attr]
-
-    if reasoning and reasoning_output == "think":
-        content = f"<think>\n{reasoning}\n</think>\n\n{content}"
+    result = DuetResult.of(events)
+    content, calls, finish = result.content, result.tool_calls, result.finish_reason
+    if result.reasoning and reasoning_output == "think":
+        content = f"<think>\n{result.reasoning}\n</think>\n\n{content}"
     message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
-    if reasoning and reasoning_output == "reasoning_content":
-        message["reasoning_content"] = reasoning
+    if result.reasoning and reasoning_output == "reasoning_content":
+        message["reasoning_content"] = result.reasoning
     if calls and legacy:
         message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
-        finish = "function_call"
+        finish = "function_call"  # type: ignore[assignment]
     elif calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
         ]
+    prompt, completion = result.prompt_tokens, result.completion_tokens
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -227,11 +207,14 @@ class ChatCompletionsService:
         options = answer_options(chat, tools, duet.service_tool_names)
         token = CancellationToken()
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        # The duet starts now, while the response is still being returned.
         run = duet.start(conversation, tools=tools, options=options, request_id=completion_id, user=chat.user, cancellation_token=token)
-        source = _EventSource(self, run)  # the duet starts now, while the response is being returned
         if chat.stream:
-            return self._streamed(chat, duet, source, completion_id)
-        return await self._collected(chat, duet, source, completion_id, request, token)
+            adapter = StreamAdapter(ChunkEncoder(completion_id, int(time.time()), chat.model), duet.reasoning_output,
+                                    chat.legacy_functions, chat.include_usage)
+            source = _EventSource(self, run, adapter, first_wait=self.ping_interval)
+            return EventStreamResponse(source, ping_interval=self.ping_interval)
+        return await self._collected(chat, duet, _EventSource(self, run), completion_id, request, token)
 
     async def _collected(
         self,
@@ -263,24 +246,20 @@ class ChatCompletionsService:
         body = completion_body(completion_id, int(time.time()), chat.model, duet.reasoning_output, chat.legacy_functions, collected)
         return JSONResponse(body)
 
-    def _streamed(self, chat: ChatCompletionRequest, duet: Duet, source: "_EventSource", completion_id: str) -> Response:
-        encoder = ChunkEncoder(completion_id, int(time.time()), chat.model)
-        source.adapter = StreamAdapter(encoder, duet.reasoning_output, chat.legacy_functions, chat.include_usage)
-        source.first_wait = self.ping_interval
-        return EventStreamResponse(source, ping_interval=self.ping_interval)
-
 
 class _EventSource:
     """One request's run as an :class:`~api.sse.EventSource`. Closed exactly once however the
     response ends (finished, failed, client gone, never started), which stops the duet's model
     calls if they still run."""
 
-    adapter: StreamAdapter
-    first_wait: float = 5.0
-
-    def __init__(self, service: ChatCompletionsService, run: DuetStream) -> None:
+    def __init__(
+        self, service: ChatCompletionsService, run: DuetStream, adapter: StreamAdapter | None = None, first_wait: float = 5.0
+    ) -> None:
+        """``adapter`` and ``first_wait`` serve a streamed response; a collected one needs neither."""
         self._service = service
         self._run = run
+        self.adapter = adapter
+        self.first_wait = first_wait
         self._first: list[DuetEvent] = []
         self._closed = False
         service.in_flight += 1
@@ -298,6 +277,7 @@ class _EventSource:
         return [event async for event in self._run]
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        assert self.adapter is not None
         encode = self.adapter.encode
         yield self.adapter.encoder.role() + b"".join(encode(event) for event in self._first)
         while not self._run.ended:
