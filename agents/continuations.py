@@ -54,6 +54,10 @@ class ContinuationStore(abc.ABC):
     @abc.abstractmethod
     async def get(self, call_ids: Iterable[str]) -> Continuation | None: ...
 
+    async def ping(self) -> None:
+        """Raises when the store cannot be reached (readiness checks call it)."""
+        return None
+
     async def close(self) -> None:
         return None
 

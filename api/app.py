@@ -14,13 +14,13 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
 from agents import Duet, PipelineSettings
-from agents.continuations import DEFAULT_STATE_URL, ContinuationStore, open_store
+from agents.continuations import ContinuationStore, open_store
 from workbenches import stop_shared_servers
 
 from .auth import BearerAuth
 from .errors import as_api_error, install_error_handlers
 from .serving import ChatCompletionsService
-from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
+from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings, merged_options
 
 logger = logging.getLogger("duet")
 
@@ -39,8 +39,15 @@ class ServiceConfig:
 
     pipelines: list[PipelineSettings | TeamPipelineSettings]
     api_keys: list[str] = field(default_factory=list)
-    ping_interval: float = 5.0
-    state_url: str = DEFAULT_STATE_URL
+    options: ServiceOptions = field(default_factory=ServiceOptions)
+
+    @property
+    def ping_interval(self) -> float:
+        return self.options.ping_interval
+
+    @property
+    def state_url(self) -> str:
+        return self.options.state_url
 
     @classmethod
     def from_env(cls, env: EnvSettings | None = None) -> "ServiceConfig":
@@ -49,15 +56,11 @@ class ServiceConfig:
             pipelines: list[PipelineSettings | TeamPipelineSettings] = [
                 TeamPipelineSettings(name=env.model_name, team_file=env.team, reasoning_output=env.reasoning_output)
             ]
-            return cls(pipelines, env.keys, env.ping_interval, env.state_url)
+            return cls(pipelines, env.keys, merged_options(env))
         if env.config is not None:
             file = ConfigFile.load(env.config)
-            keys = env.keys or file.api_keys
-            explicit = env.model_fields_set  # variables that were set win over the file
-            state_url = env.state_url if "state_url" in explicit else (file.state_url or env.state_url)
-            ping_interval = env.ping_interval if "ping_interval" in explicit else (file.ping_interval or env.ping_interval)
-            return cls(list(file.pipelines), keys, ping_interval, state_url)
-        return cls([env.default_pipeline()], env.keys, env.ping_interval, env.state_url)
+            return cls(list(file.pipelines), env.keys or file.api_keys, merged_options(env, file))
+        return cls([env.default_pipeline()], env.keys, merged_options(env))
 
     def build(self, continuations: ContinuationStore) -> dict[str, Duet]:
         """Creates every pipeline (model clients, service tools, team files loaded and checked) once."""
@@ -91,7 +94,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         try:
             for duet in pipelines.values():
                 await duet.open()  # MCP servers start here; one that cannot start stops the service
-            app.state.service = ChatCompletionsService(pipelines, ping_interval=config.ping_interval)
+            app.state.service = ChatCompletionsService(pipelines, config.options)
             # Everything built so far lives as long as the service: keep the cyclic GC from walking
             # it again on every collection, and collect less often (a request allocates thousands of
             # short-lived objects; bench/: ~0.4 ms less CPU per request, same memory).

@@ -19,6 +19,7 @@ from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 
 from .chunks import DONE, ChunkEncoder
 from .errors import APIError, as_api_error
+from .settings import ServiceOptions
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
 from .sse import EventStreamResponse, wait_for_disconnect
 
@@ -180,9 +181,10 @@ def completion_body(
 class ChatCompletionsService:
     """Serves the pipelines by name. Knows HTTP; knows nothing of model clients."""
 
-    def __init__(self, pipelines: Mapping[str, Duet], *, ping_interval: float = 5.0) -> None:
+    def __init__(self, pipelines: Mapping[str, Duet], options: ServiceOptions | None = None) -> None:
         self.pipelines = dict(pipelines)
-        self.ping_interval = ping_interval
+        self.options = options or ServiceOptions()
+        self.ping_interval = self.options.ping_interval
         self.created = int(time.time())
         self.in_flight = 0
 

@@ -6,15 +6,54 @@ from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
 from agents.continuations import DEFAULT_STATE_URL
 from workbenches import ToolsSettings
 
 
-class EnvSettings(BaseSettings):
+MiB = 1024 * 1024
+
+
+class ServiceOptions(BaseModel):
+    """Service-wide settings, each settable both as a ``DUET_*`` variable (``DUET_MAX_BODY_BYTES``)
+    and as a top-level key of the YAML file (``max_body_bytes``); the variable wins. Every wait has
+    a timeout and every buffer a bound: these are the defaults a deployment starts from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
+    state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path or redis://host:port/db.")
+    store_timeout: float = Field(2.0, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
+    # Request size
+    max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
+    max_header_bytes: int = Field(64 * 1024, gt=0, description="Largest request head: request line and headers (431 above it).")
+    max_messages: int = Field(4096, gt=0, description="Most messages in one request (400 above it).")
+    max_tools: int = Field(128, gt=0, description="Most tools in one request, as OpenAI allows (400 above it).")
+    # Connections and concurrency
+    max_concurrent_requests: int = Field(256, gt=0, description="Completions running at once; more get 503 with Retry-After.")
+    max_connections: int = Field(1000, gt=0, description="Open client connections; more are closed at once.")
+    header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request's head.")
+    body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's body (408 after).")
+    keep_alive_timeout: float = Field(
+        75.0, gt=0, description="Seconds an idle keep-alive connection stays open (longer than common client pools, so the server never closes one a client is about to reuse)."
+    )
+    write_timeout: float = Field(30.0, gt=0, description="Seconds a stream may stay unwritable (a client that stopped reading) before it is cancelled.")
+    shutdown_timeout: float = Field(30.0, ge=0, description="On SIGTERM: seconds running requests get to finish before their streams end with an error.")
+    # Surface
+    docs: bool = Field(False, description="Serve /docs, /redoc and /openapi.json.")
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Origins allowed to call from a browser (none by default).")
+    ready_probe_upstreams: bool = Field(False, description="/health/ready also asks each upstream's /models (cached).")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
+
+
+class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
     """Everything settable from the environment. The model settings describe the default
     pipeline; a YAML file (``DUET_CONFIG`` / ``--config``) replaces them with its own pipelines."""
 
@@ -31,9 +70,7 @@ class EnvSettings(BaseSettings):
     answer_base_url: str = "http://localhost:11434/v1"
     answer_model: str = "qwen2.5:7b"
     reasoning_output: ReasoningOutput = "reasoning_content"
-    ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
     function_tools: str = Field("", description="Comma-separated 'module:function' paths: service tools of the default pipeline.")
-    state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path or redis://host:port/db.")
     log_level: str = "info"
 
     @property
@@ -78,14 +115,11 @@ PipelineEntry = Annotated[
 ]
 
 
-class ConfigFile(BaseModel):
-    """The YAML file: several pipelines, each a pair of models or a team file."""
-
-    model_config = ConfigDict(extra="forbid")
+class ConfigFile(ServiceOptions):
+    """The YAML file: several pipelines, each a pair of models or a team file, and any of the
+    service-wide :class:`ServiceOptions` (a ``DUET_*`` variable that is set wins over the file)."""
 
     api_keys: list[str] = Field(default_factory=list, description="Used when DUET_API_KEYS is not set.")
-    ping_interval: Optional[float] = Field(None, gt=0)
-    state_url: Optional[str] = Field(None, description="Used when DUET_STATE_URL is not set.")
     pipelines: list[PipelineEntry] = Field(min_length=1)
 
     @classmethod
@@ -99,3 +133,11 @@ class ConfigFile(BaseModel):
             if isinstance(pipeline, TeamPipelineSettings) and not pipeline.team_file.is_absolute():
                 pipeline.team_file = path.parent / pipeline.team_file
         return config
+
+
+def merged_options(env: EnvSettings, file: ConfigFile | None = None) -> ServiceOptions:
+    """The service-wide options: defaults, then what the file sets, then the variables that are set."""
+    fields = ServiceOptions.model_fields
+    values = {name: getattr(file, name) for name in (file.model_fields_set if file else ()) if name in fields}
+    values |= {name: getattr(env, name) for name in env.model_fields_set if name in fields}
+    return ServiceOptions(**values)
