@@ -292,6 +292,11 @@ class Duet:
                    continuations=continuations, team_builder=lambda: Team.load_component(config))
 
     @property
+    def model_clients(self) -> list[ChatCompletionClient]:
+        """The model clients this pipeline created (readiness probes ask their servers)."""
+        return list(self._model_clients)
+
+    @property
     def service_tool_names(self) -> set[str]:
         return {tool.name for tool in self.services.tools}
 

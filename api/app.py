@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agents import Duet, PipelineSettings
 from agents.continuations import ContinuationStore, open_store
@@ -19,6 +21,8 @@ from workbenches import stop_shared_servers
 
 from .auth import BearerAuth
 from .errors import as_api_error, install_error_handlers
+from .health import Readiness
+from .limits import RequestGate
 from .serving import ChatCompletionsService
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings, merged_options
 
@@ -31,6 +35,20 @@ class _DropCancellations(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+class _WithoutTrailingSlash:
+    """Answers ``/v1/chat/completions/`` as ``/v1/chat/completions`` (a redirect would lose the
+    POST body with many clients), for every route, without a routing pass of its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if len(path) > 1 and path.endswith("/"):
+            scope = {**scope, "path": path.rstrip("/") or "/"}
+        await self.app(scope, receive, send)
 
 
 @dataclass
@@ -86,15 +104,18 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
     logging.getLogger("autogen_core").addFilter(_DropCancellations())
     auth = BearerAuth(config.api_keys)
+    options = config.options
     continuations = open_store(config.state_url)
     pipelines = config.build(continuations)
+    gate = RequestGate(options)
+    readiness = Readiness(pipelines, continuations, options)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             for duet in pipelines.values():
                 await duet.open()  # MCP servers start here; one that cannot start stops the service
-            app.state.service = ChatCompletionsService(pipelines, config.options)
+            app.state.service = ChatCompletionsService(pipelines, options, gate)
             # Everything built so far lives as long as the service: keep the cyclic GC from walking
             # it again on every collection, and collect less often (a request allocates thousands of
             # short-lived objects; bench/: ~0.4 ms less CPU per request, same memory).
@@ -110,8 +131,15 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             await stop_shared_servers()
             await continuations.close()
 
-    app = FastAPI(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.", lifespan=lifespan)
+    # The API's schema and its pages describe the whole surface: served only when asked for.
+    docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.",
+                  lifespan=lifespan, redirect_slashes=False, **docs)
+    app.state.gate = gate  # the server tells it when to drain and when to stop (api/server.py)
     install_error_handlers(app)
+    if options.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=options.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["authorization", "content-type"], max_age=600)
 
     async def service(request: Request) -> ChatCompletionsService:
         return request.app.state.service  # type: ignore[no-any-return]
@@ -127,18 +155,29 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     async def models(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
         return svc.model_list()
 
-    async def health(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "pipelines": list(svc.pipelines),
-            "in_flight": svc.in_flight,
-            "tasks": len(asyncio.all_tasks()),
-            "mcp_servers": {name: status for name, duet in svc.pipelines.items() if (status := duet.services.status())},
-        }
+    async def health() -> dict[str, Any]:
+        """Liveness: the process answers. Nothing about its insides (it needs no key)."""
+        return {"status": "ok"}
+
+    async def ready(request: Request) -> JSONResponse:
+        """Readiness: 503 while this replica should get no traffic. Which check failed, and the
+        service's counters, only for a request with a valid key (or when the endpoint is open)."""
+        svc: ChatCompletionsService | None = getattr(request.app.state, "service", None)
+        is_ready, checks = await readiness.check(started=svc is not None and not gate.draining)
+        body: dict[str, Any] = {"status": "ready" if is_ready else "not_ready"}
+        if auth.accepts(request):
+            body["checks"] = checks
+            body["pipelines"] = list(pipelines)
+            body["in_flight"] = svc.in_flight if svc is not None else 0
+            body["tasks"] = len(asyncio.all_tasks())
+            body["mcp_servers"] = {name: status for name, duet in pipelines.items() if (status := duet.services.status())}
+        return JSONResponse(body, status_code=200 if is_ready else 503)
 
     # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
     for prefix in ("/v1", ""):
         app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
         app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
     app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)
+    app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing
     return app

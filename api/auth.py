@@ -20,13 +20,17 @@ class BearerAuth:
     def enabled(self) -> bool:
         return bool(self._keys)
 
-    async def __call__(self, request: Request) -> None:
+    def accepts(self, request: Request) -> bool:
+        """Whether the request carries a valid key (always, when the endpoint is open)."""
         if not self._keys:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
         given = token.strip().encode()
-        if scheme.lower() != "bearer" or not any(hmac.compare_digest(given, key) for key in self._keys):
+        return scheme.lower() == "bearer" and any(hmac.compare_digest(given, key) for key in self._keys)
+
+    async def __call__(self, request: Request) -> None:
+        if not self.accepts(request):
+            header = request.headers.get("authorization", "")
             raise APIError(
                 401,
                 "Incorrect API key provided." if header else "Missing API key: send 'Authorization: Bearer <key>'.",

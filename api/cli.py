@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import uvicorn
-
 
 def _import_from_working_directory() -> None:
     """Function tools are named by import path (``mytools:lookup``): like uvicorn and gunicorn,
@@ -30,6 +28,7 @@ def _serve(args: argparse.Namespace) -> None:
         if value is not None:
             os.environ[variable] = str(value)
     from .app import ServiceConfig, create_app
+    from .server import serve
     from .settings import EnvSettings
 
     env = EnvSettings()
@@ -37,11 +36,12 @@ def _serve(args: argparse.Namespace) -> None:
     for name in ("duet", "agents", "api", "workbenches"):  # AutoGen's own INFO logs describe every runtime message
         logging.getLogger(name).setLevel(env.log_level.upper())
     try:
-        app = create_app(ServiceConfig.from_env(env))  # builds every pipeline: fails before binding the port
+        config = ServiceConfig.from_env(env)
+        app = create_app(config)  # builds every pipeline: fails before binding the port
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
         print(f"duet: cannot start: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    uvicorn.run(app, host=env.host, port=env.port, log_level=env.log_level.lower())
+    serve(app, config.options, app.state.gate, host=env.host, port=env.port, log_level=env.log_level.lower())
 
 
 def _export_team(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 
 from .chunks import DONE, ChunkEncoder
 from .errors import APIError, as_api_error
+from .limits import RETRY_AFTER_SECONDS, ClientGone, RequestGate, is_json, read_body, shutting_down
 from .settings import ServiceOptions
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
 from .sse import EventStreamResponse, wait_for_disconnect
@@ -181,9 +182,10 @@ def completion_body(
 class ChatCompletionsService:
     """Serves the pipelines by name. Knows HTTP; knows nothing of model clients."""
 
-    def __init__(self, pipelines: Mapping[str, Duet], options: ServiceOptions | None = None) -> None:
+    def __init__(self, pipelines: Mapping[str, Duet], options: ServiceOptions | None = None, gate: RequestGate | None = None) -> None:
         self.pipelines = dict(pipelines)
         self.options = options or ServiceOptions()
+        self.gate = gate or RequestGate(self.options)
         self.ping_interval = self.options.ping_interval
         self.created = int(time.time())
         self.in_flight = 0
@@ -195,28 +197,62 @@ class ChatCompletionsService:
         }
 
     async def create(self, request: Request) -> Response:
-        chat, body = parse_request(await request.body())
-        duet = self.pipelines.get(chat.model)
-        if duet is None:
-            raise APIError(
-                404,
-                f"The model '{chat.model}' does not exist; this server serves: {', '.join(self.pipelines)}",
-                param="model",
-                code="model_not_found",
-            )
-        conversation = conversation_from_openai(chat.messages)
-        tools = client_tools_of(chat, body)
-        options = answer_options(chat, tools, duet.service_tool_names)
-        token = CancellationToken()
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        # The duet starts now, while the response is still being returned.
-        run = duet.start(conversation, tools=tools, options=options, request_id=completion_id, user=chat.user, cancellation_token=token)
-        if chat.stream:
-            adapter = StreamAdapter(ChunkEncoder(completion_id, int(time.time()), chat.model), duet.reasoning_output,
-                                    chat.legacy_functions, chat.include_usage)
-            source = _EventSource(self, run, adapter, first_wait=self.ping_interval)
-            return EventStreamResponse(source, ping_interval=self.ping_interval)
-        return await self._collected(chat, duet, _EventSource(self, run), completion_id, request, token)
+        # Refusals that cost nothing come first: full, shutting down, not JSON, too large.
+        gate = self.gate
+        refusal = gate.refusal(self.in_flight + gate.admitting)
+        if refusal is not None:
+            return refusal.response(headers={"retry-after": RETRY_AFTER_SECONDS})
+        if not is_json(request.headers.get("content-type")):
+            # Also what keeps a web page from posting here cross-site: browsers send JSON only after a CORS preflight.
+            raise APIError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
+                           param="Content-Type", code="unsupported_media_type")
+        gate.admitting += 1  # counted from here, so concurrent large bodies are bounded too
+        try:
+            try:
+                raw = await read_body(request, self.options.max_body_bytes, self.options.body_timeout)
+            except APIError as exc:  # the rest of the body is unread: this connection cannot carry another request
+                return exc.response(headers={"connection": "close"})
+            except ClientGone:
+                return Response(status_code=499)
+            chat, body = parse_request(raw)
+            duet = self.pipelines.get(chat.model)
+            if duet is None:
+                raise APIError(
+                    404,
+                    f"The model '{chat.model}' does not exist; this server serves: {', '.join(self.pipelines)}",
+                    param="model",
+                    code="model_not_found",
+                )
+            conversation = conversation_from_openai(chat.messages)
+            tools = client_tools_of(chat, body)
+            options = answer_options(chat, tools, duet.service_tool_names)
+            # The disconnect watcher is live before the run exists, and cancels the run's token itself
+            # (the model clients check it before each call): a client that leaves before a model call
+            # starts never costs one. One turn of the loop lets it see a client that is gone already.
+            token = CancellationToken()
+            disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive))
+            disconnected.add_done_callback(lambda watcher: watcher.cancelled() or token.cancel())
+            await asyncio.sleep(0)
+            if disconnected.done():
+                return Response(status_code=499)
+            completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+            try:
+                # The duet starts now, while the response is still being returned.
+                run = duet.start(conversation, tools=tools, options=options, request_id=completion_id, user=chat.user,
+                                 cancellation_token=token)
+            except BaseException:
+                disconnected.cancel()
+                raise
+            if chat.stream:
+                adapter = StreamAdapter(ChunkEncoder(completion_id, int(time.time()), chat.model), duet.reasoning_output,
+                                        chat.legacy_functions, chat.include_usage)
+                source = _EventSource(self, run, adapter, first_wait=self.ping_interval)
+                return EventStreamResponse(source, ping_interval=self.ping_interval, disconnected=disconnected,
+                                           stopped=gate.stopped)
+            source = _EventSource(self, run)
+        finally:
+            gate.admitting -= 1
+        return await self._collected(chat, duet, source, completion_id, disconnected, token)
 
     async def _collected(
         self,
@@ -224,23 +260,24 @@ class ChatCompletionsService:
         duet: Duet,
         source: "_EventSource",
         completion_id: str,
-        request: Request,
+        disconnected: asyncio.Future[None],
         token: CancellationToken,
     ) -> Response:
         collector = asyncio.ensure_future(source.collect())
-        watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        stopped = self.gate.stopped
         try:
-            await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({collector, disconnected, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            client_left = disconnected.done()
         finally:
-            watcher.cancel()
-            if not collector.done():  # the client hung up: stop the models, answer nobody
+            disconnected.cancel()
+            if not collector.done():  # the client hung up or the server stops: stop the models
                 token.cancel()
                 collector.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await collector
             await source.close()
         if collector.cancelled():
-            return Response(status_code=499)
+            return Response(status_code=499) if client_left else shutting_down().response(headers={"connection": "close"})
         collected = collector.result()
         failure = next((e for e in collected if isinstance(e, Failed)), None)
         if failure is not None:

@@ -4,7 +4,9 @@ alive, and can still answer with a proper error status if the stream fails befor
 Starlette's ``StreamingResponse`` on ASGI 2.4 servers learns of a disconnect only when a write
 fails, which during a long silent stretch (a model still thinking) can be minutes later. Here a
 watcher waits for ``http.disconnect`` and cancels the writer, whose source then cancels the duet's
-model calls. A heartbeat writes ``: ping`` when nothing was sent for ``ping_interval``.
+model calls. A heartbeat writes ``: ping`` when nothing was sent for ``ping_interval``. When the
+server's drain time is over (``stopped``), the stream ends with one error event (or, before its
+first byte, a 503).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import AsyncIterator, Protocol
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .chunks import PING
+from .chunks import PING, ChunkEncoder
+from .limits import shutting_down
 
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -44,6 +47,9 @@ async def wait_for_disconnect(receive: Receive) -> None:
         pass
 
 
+SHUTDOWN_WRITE_TIMEOUT = 1.0  # seconds the last error event may take to write when the server stops
+
+
 class EventStreamResponse(Response):
     """Streams an :class:`EventSource` as ``text/event-stream``.
 
@@ -52,32 +58,68 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, source: EventSource, *, ping_interval: float) -> None:
+    def __init__(
+        self,
+        source: EventSource,
+        *,
+        ping_interval: float,
+        disconnected: asyncio.Future[None] | None = None,
+        stopped: asyncio.Future[None] | None = None,
+    ) -> None:
+        """``disconnected``: a :func:`wait_for_disconnect` task already watching (started before the
+        run, so a client gone early never costs a model call); ``stopped``: done when the server
+        ends every running request."""
         self.status_code = 200
         self.background = None
         self._source = source
         self._ping_interval = ping_interval
-        self._last_write = 0.0
+        self._disconnected = disconnected
+        self._stopped = stopped
+        self._last_write = 0.0  # set when the status line went out
         self._finished = False
+        self._answering_instead = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tasks = [asyncio.create_task(self._run(scope, receive, send)), asyncio.create_task(wait_for_disconnect(receive))]
-        writer = tasks[0]
+        writer = asyncio.create_task(self._run(scope, receive, send))
+        watcher = self._disconnected or asyncio.ensure_future(wait_for_disconnect(receive))
+        waits: set[asyncio.Future[None]] = {writer, watcher}
+        if self._stopped is not None:
+            waits.add(self._stopped)
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            if writer.done() and writer.exception() is not None:
-                raise writer.exception()  # type: ignore[misc]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if writer.done():
+                if writer.exception() is not None:
+                    raise writer.exception()  # type: ignore[misc]
+            elif not watcher.done():  # the server stops: end the stream properly
+                await self._end_for_shutdown(writer, scope, receive, send)
         finally:
-            for task in tasks:
+            for task in (writer, watcher):
                 task.cancel()
-            for task in tasks:
+            for task in (writer, watcher):
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await task  # an error of the writer was raised above already
             await self._source.close()
 
+    async def _end_for_shutdown(self, writer: asyncio.Task[None], scope: Scope, receive: Receive, send: Send) -> None:
+        """One error event and the end of the stream; before the status line, a 503 instead."""
+        with contextlib.suppress(TimeoutError):
+            if self._answering_instead:  # an error response is already being written: let it finish
+                await asyncio.wait_for(asyncio.shield(writer), SHUTDOWN_WRITE_TIMEOUT)
+                return
+            writer.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer
+            error = shutting_down()
+            async with asyncio.timeout(SHUTDOWN_WRITE_TIMEOUT):  # a client that stopped reading gets no more time
+                if self._last_write == 0.0:
+                    await error.response(headers={"connection": "close"})(scope, receive, send)
+                else:
+                    await send({"type": "http.response.body", "body": ChunkEncoder.error(error.body()), "more_body": False})
+
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         instead = await self._source.start()
         if instead is not None:
+            self._answering_instead = True
             await instead(scope, receive, send)
             return
         loop = asyncio.get_running_loop()

@@ -63,6 +63,8 @@ class DuetServer:
         full_env["DUET_STATE_URL"] = f"sqlite:///{log.parent / 'state.db'}"  # never in the working tree
         full_env.update(env)
         full_env["DUET_PORT"] = str(self.port)
+        keys = [key.strip() for key in full_env.get("DUET_API_KEYS", "").split(",") if key.strip()]
+        self.key_header = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
         self.process = subprocess.Popen([DUET, "serve", *args], env=full_env, cwd=ROOT, stdout=self._log_file, stderr=subprocess.STDOUT)
         self._wait_ready()
 
@@ -80,7 +82,8 @@ class DuetServer:
         raise RuntimeError(f"duet did not start:\n{self.log.read_text()}")
 
     def health(self) -> dict[str, Any]:
-        return httpx.get(f"{self.base_url}/health", timeout=5).json()
+        """The readiness details (checks, in-flight requests, tasks, MCP servers): they need a key."""
+        return httpx.get(f"{self.base_url}/health/ready", headers=self.key_header, timeout=5).json()
 
     def wait_idle(self, timeout: float = 10) -> dict[str, Any]:
         """Waits until no request is in flight; returns the last health answer."""

@@ -131,11 +131,6 @@ def test_models_lists_the_pipelines(http: httpx.Client, path: str) -> None:
     assert all(m["object"] == "model" for m in models["data"])
 
 
-def test_health(duet: DuetServer) -> None:
-    health = httpx.get(f"{duet.base_url}/health").json()  # no key needed for probes
-    assert health["status"] == "ok" and "duet" in health["pipelines"]
-
-
 def test_inline_think_tags_from_the_answer_model_become_reasoning(http: httpx.Client, upstream: ScriptedUpstream) -> None:
     """A model served without a reasoning parser writes <think> inline: still reasoning, not answer."""
     upstream.script(REASONER, Reply(reasoning=["plan"]))

@@ -1,0 +1,206 @@
+"""The HTTP server: uvicorn with the edge's limits and a graceful shutdown.
+
+uvicorn 0.54 bounds none of these on its httptools protocol: a request head may grow without end
+(and httptools joins a header value piece by piece, so a 64 MB header costs seconds of event-loop
+time and stalls every client), a connection may take forever to send it, the number of open
+connections is unbounded, a response sent before its request body was read leaves the connection
+reading the rest, and SIGTERM waits for streams without end. :class:`EdgeProtocol` and
+:class:`EdgeServer` add each bound; ``limit_concurrency`` is not used (it answers 503 per request
+but never closes a connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import resource
+from typing import Any, Protocol
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .settings import ServiceOptions
+
+logger = logging.getLogger("duet")
+
+ABORT_GRACE_SECONDS = 2.0  # after the drain time: for the error events to go out before connections close
+LIFESPAN_SHUTDOWN_SECONDS = 10.0  # closing model clients, MCP servers and the store
+
+
+def _head_too_large(max_bytes: int) -> bytes:
+    body = json.dumps({"error": {"message": f"the request head (request line and headers) is larger than {max_bytes} bytes",
+                                 "type": "invalid_request_error", "param": None, "code": "request_header_too_large"}}).encode()
+    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+
+
+class EdgeProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a bounded, timed request head, a connection cap, and no
+    reading of a body nobody will use."""
+
+    options: ServiceOptions = ServiceOptions()  # set per server by :func:`protocol_for`
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_budget = -1  # bytes the current request head may still take; -1 while no head is read
+        self._heads_read = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.options.max_connections:
+            self.transport = transport
+            transport.close()  # at the cap: refuse at once, before any state is spent on it
+            return
+        super().connection_made(transport)
+        self._head_budget = self.options.max_header_bytes
+        self._start_head_timer()  # a connection that never sends a full head is closed too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        if self.flow is None:  # closed at the cap in connection_made: uvicorn never saw it
+            return
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        budget = self._head_budget
+        if budget >= 0 and len(data) > budget:
+            # Feed only what the head may still take: if it does not complete within that, it is too large.
+            heads_read = self._heads_read
+            super().data_received(data[:budget])
+            if self.transport.is_closing():
+                return
+            if self._heads_read == heads_read:
+                self._cancel_head_timer()
+                self.transport.write(_head_too_large(self.options.max_header_bytes))
+                self.transport.close()
+                return
+            data = data[budget:]
+        elif budget >= 0:
+            self._head_budget = budget - len(data)
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_timer is None:  # a new request on a kept-alive connection
+            self._start_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self._head_budget = -1
+        self._heads_read += 1
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._head_budget = self.options.max_header_bytes  # what follows is the next request's head
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and cycle.more_body and not self.transport.is_closing():
+            # Answered before its body was read (an error, a refusal): do not read the rest of it.
+            self.transport.close()
+        super().on_response_complete()
+
+    def _start_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.options.header_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def protocol_for(options: ServiceOptions) -> type[EdgeProtocol]:
+    return type("EdgeProtocol", (EdgeProtocol,), {"options": options})
+
+
+class Drainable(Protocol):
+    """What the server tells the app on shutdown (:class:`api.limits.RequestGate`)."""
+
+    def drain(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class EdgeServer(uvicorn.Server):
+    """uvicorn's server with a bounded graceful shutdown: on SIGTERM or SIGINT it stops accepting,
+    lets running requests finish for ``shutdown_timeout`` seconds, then has the app end the rest
+    (streams with one error event, others with 503) and exits."""
+
+    def __init__(self, config: uvicorn.Config, options: ServiceOptions, requests: Drainable) -> None:
+        super().__init__(config)
+        self.options = options
+        self.requests = requests
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        logger.info("shutting down: draining for up to %g s", self.options.shutdown_timeout)
+        for server in self.servers:
+            server.close()  # new connections are refused from here
+        for sock in sockets or []:
+            sock.close()
+        self.requests.drain()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # idle connections close now, busy ones after their response
+        if not await self._until_idle(self.options.shutdown_timeout):
+            logger.warning("shutting down: ending %d running request(s)", len(self.server_state.tasks))
+            self.requests.stop()
+            if not await self._until_idle(ABORT_GRACE_SECONDS):
+                for task in self.server_state.tasks:
+                    task.cancel()
+                for connection in list(self.server_state.connections):
+                    connection.transport.close()
+        if not self.force_exit:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.lifespan.shutdown(), LIFESPAN_SHUTDOWN_SECONDS)
+
+    async def _until_idle(self, timeout: float) -> bool:
+        """Whether every request task and connection ended within ``timeout`` (or a second signal came)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        state = self.server_state
+        while (state.tasks or state.connections) and not self.force_exit and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return not (state.tasks or state.connections)
+
+
+class RedactQueryStrings(logging.Filter):
+    """Keeps query strings (where a client may have put a key) out of uvicorn's access log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (args[0], args[1], args[2].split("?", 1)[0] + "?[redacted]", *args[3:])
+        return True
+
+
+def raise_open_file_limit() -> None:
+    """Each connection is a file: take the hard limit the system allows, not the default soft one."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def serve(app: Any, options: ServiceOptions, requests: Drainable, *, host: str, port: int, log_level: str) -> None:
+    """Runs ``app`` until SIGTERM/SIGINT, with the edge's limits."""
+    raise_open_file_limit()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=protocol_for(options),
+        timeout_keep_alive=int(options.keep_alive_timeout),  # type: ignore[arg-type]
+        timeout_graceful_shutdown=int(options.shutdown_timeout),
+    )
+    config.timeout_keep_alive = options.keep_alive_timeout  # type: ignore[assignment]  # keeps a fraction
+    logging.getLogger("uvicorn.access").addFilter(RedactQueryStrings())
+    EdgeServer(config, options, requests).run()
