@@ -203,4 +203,5 @@ def serve(app: Any, options: ServiceOptions, requests: Drainable, *, host: str, 
     )
     config.timeout_keep_alive = options.keep_alive_timeout  # type: ignore[assignment]  # keeps a fraction
     logging.getLogger("uvicorn.access").addFilter(RedactQueryStrings())
-    EdgeServer(config, options, requests).run()
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once it has shut down
+        EdgeServer(config, options, requests).run()
