@@ -163,7 +163,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         """Readiness: 503 while this replica should get no traffic. Which check failed, and the
         service's counters, only for a request with a valid key (or when the endpoint is open)."""
         svc: ChatCompletionsService | None = getattr(request.app.state, "service", None)
-        is_ready, checks = await readiness.check(started=svc is not None and not gate.draining)
+        is_ready, checks = await readiness.check("shutting down" if gate.draining else "ok" if svc is not None else "starting")
         body: dict[str, Any] = {"status": "ready" if is_ready else "not_ready"}
         if auth.accepts(request):
             body["checks"] = checks

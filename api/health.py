@@ -34,8 +34,9 @@ class Readiness:
         self._upstreams_checked_at = -UPSTREAM_CACHE_SECONDS
         self._upstream_probe: asyncio.Future[dict[str, str]] | None = None
 
-    async def check(self, started: bool) -> tuple[bool, dict[str, Any]]:
-        checks: dict[str, Any] = {"pipelines": "ok" if started else "starting"}
+    async def check(self, serving: str) -> tuple[bool, dict[str, Any]]:
+        """``serving``: ``"ok"`` once the pipelines are built, else what the service is doing."""
+        checks: dict[str, Any] = {"pipelines": serving}
         down = {f"{pipeline}/{server}": info["status"] for pipeline, duet in self._pipelines.items()
                 for server, info in duet.services.status().items() if info["status"] != "running"}
         checks["mcp_servers"] = down or "ok"
@@ -50,7 +51,7 @@ class Readiness:
             upstreams_ok = all(state == "ok" for state in upstreams.values())
         else:
             upstreams_ok = True
-        ready = started and not down and checks["state_store"] == "ok" and upstreams_ok
+        ready = serving == "ok" and not down and checks["state_store"] == "ok" and upstreams_ok
         return ready, checks
 
     async def _upstream_states(self) -> dict[str, str]:

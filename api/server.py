@@ -3,10 +3,10 @@
 uvicorn 0.54 bounds none of these on its httptools protocol: a request head may grow without end
 (and httptools joins a header value piece by piece, so a 64 MB header costs seconds of event-loop
 time and stalls every client), a connection may take forever to send it, the number of open
-connections is unbounded, a response sent before its request body was read leaves the connection
-reading the rest, and SIGTERM waits for streams without end. :class:`EdgeProtocol` and
-:class:`EdgeServer` add each bound; ``limit_concurrency`` is not used (it answers 503 per request
-but never closes a connection).
+connections is unbounded, a request body left unread after the response may trickle in forever,
+and SIGTERM waits for streams without end. :class:`EdgeProtocol` and :class:`EdgeServer` add each
+bound; uvicorn's ``limit_concurrency`` is not used (it answers 503 per request but never closes a
+connection).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import resource
+import time
 from typing import Any, Protocol
 
 import uvicorn
@@ -46,19 +47,34 @@ class EdgeProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head_budget = -1  # bytes the current request head may still take; -1 while no head is read
         self._heads_read = 0
-        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_timer: asyncio.TimerHandle | None = None  # set while a head is awaited
+        self._head_since = 0.0
+        self._unread_body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if len(self.connections) >= self.options.max_connections:
+        if len(self.connections) >= self.options.max_connections and not self._evict_slowest_head():
             self.transport = transport
-            transport.close()  # at the cap: refuse at once, before any state is spent on it
+            transport.close()  # at the cap, every connection busy with a request: refuse at once
             return
         super().connection_made(transport)
         self._head_budget = self.options.max_header_bytes
         self._start_head_timer()  # a connection that never sends a full head is closed too
 
+    def _evict_slowest_head(self) -> bool:
+        """Closes the connection that has waited longest for its request head (a slow or silent
+        client: a working one sends its head at once), so a slow-header flood cannot keep others
+        out until the header timeout. False if every connection is busy with a request."""
+        waiting = [c for c in self.connections if isinstance(c, EdgeProtocol) and c._head_timer is not None]
+        if not waiting:
+            return False
+        slowest = min(waiting, key=lambda connection: connection._head_since)
+        self.connections.discard(slowest)
+        slowest.transport.close()
+        return True
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._cancel_unread_body_timer()
         if self.flow is None:  # closed at the cap in connection_made: uvicorn never saw it
             return
         super().connection_lost(exc)
@@ -94,18 +110,31 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._cancel_unread_body_timer()
         self._head_budget = self.options.max_header_bytes  # what follows is the next request's head
 
     def on_response_complete(self) -> None:
         cycle = self.cycle
-        if cycle is not None and cycle.response_complete and cycle.more_body and not self.transport.is_closing():
-            # Answered before its body was read (an error, a refusal): do not read the rest of it.
-            self.transport.close()
+        if cycle is not None and cycle.response_complete and cycle.more_body:
+            # Answered before its body arrived (a refusal): the parser skips the rest of the body
+            # (kept-alive clients may reuse the connection after it), for no longer than a body may take.
+            self._cancel_unread_body_timer()
+            self._unread_body_timer = self.loop.call_later(self.options.body_timeout, self._close)
         super().on_response_complete()
 
     def _start_head_timer(self) -> None:
         self._cancel_head_timer()
+        self._head_since = time.monotonic()  # finer than the loop clock: orders connections accepted together
         self._head_timer = self.loop.call_later(self.options.header_timeout, self._head_timed_out)
+
+    def _cancel_unread_body_timer(self) -> None:
+        if self._unread_body_timer is not None:
+            self._unread_body_timer.cancel()
+            self._unread_body_timer = None
+
+    def _close(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -114,8 +143,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if not self.transport.is_closing():
-            self.transport.close()
+        self._close()
 
 
 def protocol_for(options: ServiceOptions) -> type[EdgeProtocol]:
@@ -181,17 +209,26 @@ class RedactQueryStrings(logging.Filter):
         return True
 
 
-def raise_open_file_limit() -> None:
-    """Each connection is a file: take the hard limit the system allows, not the default soft one."""
+FILES_BESIDES_CONNECTIONS = 128  # upstream connections, MCP servers, the store, logs
+
+
+def raise_open_file_limit() -> int:
+    """Each connection is a file: takes the hard limit the system allows, not the default soft
+    one. Returns the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY or soft < hard:
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def serve(app: Any, options: ServiceOptions, requests: Drainable, *, host: str, port: int, log_level: str) -> None:
     """Runs ``app`` until SIGTERM/SIGINT, with the edge's limits."""
-    raise_open_file_limit()
+    files = raise_open_file_limit()
+    if files != resource.RLIM_INFINITY and options.max_connections > files - FILES_BESIDES_CONNECTIONS:
+        fitting = max(files - FILES_BESIDES_CONNECTIONS, 1)
+        logger.warning("max_connections %d does not fit the open-file limit %d: using %d", options.max_connections, files, fitting)
+        options = options.model_copy(update={"max_connections": fitting})
     config = uvicorn.Config(
         app,
         host=host,
