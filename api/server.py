@@ -235,10 +235,8 @@ def serve(app: Any, options: ServiceOptions, requests: Drainable, *, host: str, 
         port=port,
         log_level=log_level,
         http=protocol_for(options),
-        timeout_keep_alive=int(options.keep_alive_timeout),  # type: ignore[arg-type]
-        timeout_graceful_shutdown=int(options.shutdown_timeout),
+        timeout_keep_alive=options.keep_alive_timeout,  # type: ignore[arg-type]  # a float works (call_later)
     )
-    config.timeout_keep_alive = options.keep_alive_timeout  # type: ignore[assignment]  # keeps a fraction
     logging.getLogger("uvicorn.access").addFilter(RedactQueryStrings())
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once it has shut down
         EdgeServer(config, options, requests).run()

@@ -210,8 +210,8 @@ class ChatCompletionsService:
         try:
             try:
                 raw = await read_body(request, self.options.max_body_bytes, self.options.body_timeout)
-            except APIError as exc:  # the rest of the body is unread: this connection cannot carry another request
-                return exc.response(headers={"connection": "close"})
+            except APIError as exc:  # the server skips the rest of the body, for at most body_timeout (api/server.py)
+                return exc.response()
             except ClientGone:
                 return Response(status_code=499)
             chat, body = parse_request(raw)
