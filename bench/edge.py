@@ -14,7 +14,9 @@ of JSON per scenario:
   connections the server closed within ``header_timeout`` + 2 s;
 - ``early_hangups``: 250 requests (half streamed) whose client resets the connection 0-20 ms after
   sending it, before any byte of the answer; how many model calls the upstream saw, and how many
-  of those started after the client had hung up.
+  of those started after the client had hung up;
+- ``sigterm_drain``: five long streams in flight, SIGTERM, ``DUET_SHUTDOWN_TIMEOUT=2``: how long
+  the process takes to exit, and how each stream ended.
 
 Run from the repository root: ``.venv/bin/python bench/edge.py [scenario ...]``.
 """
@@ -230,7 +232,46 @@ def early_hangups(upstream: ScriptedUpstream, directory: Path) -> dict[str, obje
         duet.stop()
 
 
-SCENARIOS = {f.__name__: f for f in (bodies, big_body, huge_header, slow_connections, early_hangups)}
+def sigterm_drain(upstream: ScriptedUpstream, directory: Path) -> dict[str, object]:
+    """Five long streams in flight (20 s of reasoning each), then SIGTERM, with a 2 s drain time."""
+    duet = start_duet(upstream, directory, DUET_SHUTDOWN_TIMEOUT="2")
+    upstream.reset()
+    upstream.set_default(lambda body: Reply(reasoning=[f"step {i} " for i in range(200)], delay_between=0.1))
+    endings: list[str] = []
+
+    def read_stream() -> None:
+        body = {"model": "duet", "stream": True, "messages": [{"role": "user", "content": "long"}]}
+        try:
+            with httpx.stream("POST", f"{duet.base_url}/v1/chat/completions", json=body, timeout=60,
+                              headers={"Authorization": f"Bearer {KEY}"}) as response:
+                last = b""
+                for chunk in response.iter_raw():
+                    last = (last + chunk)[-400:]
+            endings.append("one error event, clean end" if b'"server_shutting_down"' in last else "clean end, no error event")
+        except httpx.HTTPError as exc:
+            endings.append(f"cut: {type(exc).__name__}")
+
+    threads = [threading.Thread(target=read_stream) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    while len(upstream.requests) < 5:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    signalled = time.monotonic()
+    duet.process.terminate()
+    try:
+        duet.process.wait(20)
+        exited = f"{time.monotonic() - signalled:.1f} s"
+    except Exception:  # noqa: BLE001 - still running: report it, then stop it
+        exited = "still running after 20 s"
+        duet.process.kill()
+    for thread in threads:
+        thread.join(30)
+    duet.stop()
+    return {"scenario": "sigterm_drain", "streams": 5, "drain_s": 2, "exited_after_sigterm": exited, "streams_ended": sorted(endings)}
+
+
+SCENARIOS = {f.__name__: f for f in (bodies, big_body, huge_header, slow_connections, early_hangups, sigterm_drain)}
 
 
 def main() -> None:
