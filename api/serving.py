@@ -230,8 +230,7 @@ class ChatCompletionsService:
             # (the model clients check it before each call): a client that leaves before a model call
             # starts never costs one. One turn of the loop lets it see a client that is gone already.
             token = CancellationToken()
-            disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive))
-            disconnected.add_done_callback(lambda watcher: watcher.cancelled() or token.cancel())
+            disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive, then=token.cancel))
             await asyncio.sleep(0)
             if disconnected.done():
                 return Response(status_code=499)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, Protocol
+from typing import AsyncIterator, Callable, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -42,9 +42,13 @@ class EventSource(Protocol):
         """Called exactly once, however the response ends."""
 
 
-async def wait_for_disconnect(receive: Receive) -> None:
+async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:
+    """Returns when the client has gone (or the response is complete); calls ``then`` at once,
+    in the same step, so what it cancels is cancelled without another turn of the loop."""
     while (await receive())["type"] != "http.disconnect":
         pass
+    if then is not None:
+        then()
 
 
 SHUTDOWN_WRITE_TIMEOUT = 1.0  # seconds the last error event may take to write when the server stops
