@@ -38,8 +38,8 @@ def _head_too_large(max_bytes: int) -> bytes:
 
 
 class EdgeProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a bounded, timed request head, a connection cap, and no
-    reading of a body nobody will use."""
+    """uvicorn's httptools protocol with a bounded, timed request head, a connection cap, and a
+    time limit on skipping a body nobody will use."""
 
     options: ServiceOptions = ServiceOptions()  # set per server by :func:`protocol_for`
 
@@ -62,14 +62,18 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _evict_slowest_head(self) -> bool:
         """Closes the connection that has waited longest for its request head (a slow or silent
-        client: a working one sends its head at once), so a slow-header flood cannot keep others
-        out until the header timeout. False if every connection is busy with a request."""
-        waiting = [c for c in self.connections if isinstance(c, EdgeProtocol) and c._head_timer is not None]
-        if not waiting:
-            return False
-        slowest = min(waiting, key=lambda connection: connection._head_since)
-        self.connections.discard(slowest)
-        slowest.transport.close()
+        client: a working one sends its head at once), else an idle kept-alive one, so a flood of
+        either cannot keep new clients out. False if every connection is busy with a request."""
+        edge = [c for c in self.connections if isinstance(c, EdgeProtocol)]
+        waiting = [c for c in edge if c._head_timer is not None]
+        if waiting:
+            victim = min(waiting, key=lambda connection: connection._head_since)
+        else:
+            victim = next((c for c in edge if c.timeout_keep_alive_task is not None), None)  # type: ignore[assignment]
+            if victim is None:
+                return False
+        self.connections.discard(victim)
+        victim.transport.close()
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -242,6 +242,20 @@ def test_connections_over_the_cap_are_closed_at_once(edge: DuetServer) -> None:
             sock.close()
 
 
+def test_a_cap_full_of_idle_kept_alive_connections_makes_room(edge: DuetServer) -> None:
+    request = f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n\r\n".encode()
+    sockets = [socket.create_connection(("127.0.0.1", edge.port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        for sock in sockets:
+            sock.sendall(request)
+            assert read_response(sock, timeout=5)[0] == 200
+        assert served_promptly(edge) < 0.5  # an idle connection made room
+        assert sum(closed_by_server(sock, 0.001) for sock in sockets) == 1
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def test_idle_keep_alive_connections_outlive_client_pools(edge: DuetServer) -> None:
     """Client pools drop idle connections after ~5 s; the server keeps them longer, so it never
     closes one a client is about to reuse."""
