@@ -365,6 +365,22 @@ def test_not_ready_while_the_state_store_is_down(upstream: ScriptedUpstream, tmp
         server.stop()
 
 
+def test_not_ready_while_an_upstream_is_unreachable_when_probed(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    from agents.model_client import OpenAICompatibleClient
+
+    if not hasattr(OpenAICompatibleClient, "check_ready"):
+        pytest.skip("the model client cannot probe its server yet (check_ready comes with the upstream work)")
+    env = {**pipeline_env(upstream), "DUET_READY_PROBE_UPSTREAMS": "true", "DUET_STORE_TIMEOUT": "0.5",
+           "DUET_ANSWER_BASE_URL": f"http://127.0.0.1:{free_port()}/v1"}
+    server = DuetServer([], env, tmp_path / "duet.log")
+    try:
+        keyed = httpx.get(f"{server.base_url}/health/ready", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)
+        assert keyed.status_code == 503
+        assert keyed.json()["checks"]["upstreams"][REASONER] == "ok" and keyed.json()["checks"]["upstreams"][ANSWER] != "ok"
+    finally:
+        server.stop()
+
+
 def test_a_key_in_the_query_string_stays_out_of_the_access_log(edge: DuetServer) -> None:
     httpx.get(f"{edge.base_url}/v1/models?api_key=sk-query-secret", headers={"Authorization": f"Bearer {API_KEY}"})
     deadline = time.monotonic() + 2
