@@ -86,7 +86,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
     logging.getLogger("autogen_core").addFilter(_DropCancellations())
     auth = BearerAuth(config.api_keys)
-    continuations = open_store(config.state_url)
+    continuations = open_store(config.state_url, timeout=config.options.store_timeout)  # an unwritable SQLite path stops here
     pipelines = config.build(continuations)
 
     @asynccontextmanager
