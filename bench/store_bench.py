@@ -5,6 +5,11 @@ the store with that many live rounds, then times ``put`` (one new round, one cal
 tool round saves) and ``get`` (one stored round: what its follow-up reads), each call awaited on
 the event loop as Duet awaits it. Prints milliseconds per call: mean, median and the slowest.
 
+With ``--http``, measures what that does to the service: ``duet serve`` (SQLite store, filled with
+that many live rounds) in front of a scripted upstream whose answer model makes a mixed round (a
+service tool and a client tool) on every request, driven at a given concurrency; prints requests/s
+and the median latency.
+
 Run from the repository root: ``python bench/store_bench.py`` (``--help`` for options). It uses only
 the stores' constructors and ``put``/``get``, so it also measures an older checkout: run it with that
 checkout first on ``PYTHONPATH`` (the path of the module it measures is printed first).
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import shutil
 import socket
 import sqlite3
@@ -24,7 +30,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+import yaml
 
 from autogen_core import FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage
@@ -33,6 +42,10 @@ from agents import continuations
 from agents.continuations import Continuation, MemoryContinuationStore, RedisContinuationStore, SQLiteContinuationStore
 
 TTL = 24 * 3600.0
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # tests.scripted_upstream; last, so a checkout on PYTHONPATH is the one measured
+NOTIFY = {"type": "function", "function": {"name": "notify_user", "description": "Shows a notification.",
+                                           "parameters": {"type": "object", "properties": {"message": {"type": "string"}}}}}
 
 
 def a_round() -> Continuation:
@@ -59,6 +72,9 @@ def fill_sqlite(path: Path, rows: int, payload: str) -> None:
     connection = sqlite3.connect(path)
     expires = time.time() + TTL
     with connection:
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS continuations (call_id TEXT PRIMARY KEY, payload TEXT NOT NULL, expires_at REAL NOT NULL)"
+        )
         connection.executemany("INSERT INTO continuations VALUES (?, ?, ?)", ((f"bench:fill-{i}", payload, expires) for i in range(rows)))
     connection.close()
 
@@ -74,6 +90,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 async def run(sizes: list[int], count: int, kinds: list[str]) -> None:
@@ -100,7 +121,6 @@ async def run(sizes: list[int], count: int, kinds: list[str]) -> None:
             if "sqlite" in kinds:
                 with tempfile.TemporaryDirectory() as directory:
                     path = Path(directory) / "state.db"
-                    SQLiteContinuationStore(path, TTL)  # creates the table
                     fill_sqlite(path, rows, payload)
                     store = SQLiteContinuationStore(path, TTL)
                     await asyncio.sleep(0.5)  # let any startup work settle
@@ -132,13 +152,104 @@ async def run(sizes: list[int], count: int, kinds: list[str]) -> None:
             redis_process.wait(10)
 
 
+def serve_mixed_rounds(port: int) -> None:
+    """The scripted upstream, answering every first request with a mixed round (``--serve-upstream``)."""
+    from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if "r1" in body.get("model", ""):
+            return Reply(reasoning=[f"thought{i} " for i in range(20)])
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(content=["Done."])
+        return Reply(tool_calls=[ScriptedCall("lookup_customer", '{"email": "ada@example.com"}'),
+                                 ScriptedCall("notify_user", '{"message": "found"}')])
+
+    ScriptedUpstream("127.0.0.1", port, respond).start()
+    while True:
+        time.sleep(3600)
+
+
+async def mixed_rounds_per_second(url: str, concurrency: int, seconds: float) -> tuple[float, float]:
+    latencies: list[float] = []
+    body = {"model": "duet", "messages": [{"role": "user", "content": "Who is ada@example.com?"}], "tools": [NOTIFY]}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def one() -> None:
+            start = time.perf_counter()
+            async with session.post(url, json=body) as response:
+                answer = await response.json()
+                assert response.status == 200 and answer["choices"][0]["finish_reason"] == "tool_calls", answer
+            latencies.append(time.perf_counter() - start)
+
+        for _ in range(20):
+            await one()  # warm up
+        latencies.clear()
+        deadline = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                await one()
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return len(latencies) / elapsed, statistics.median(latencies) * 1000
+
+
+def http_bench(sizes: list[int], concurrency: int, seconds: float) -> None:
+    import agents.continuations as measured
+
+    print(f"module: {measured.__file__}")
+    checkout = Path(measured.__file__).resolve().parent.parent  # duet serve runs the code measured
+    print(f"mixed rounds through duet serve, SQLite store, c={concurrency}, {seconds:g} s each")
+    upstream_port, duet_port = free_port(), free_port()
+    upstream = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(upstream_port)], cwd=ROOT)
+    try:
+        for rows in sizes:
+            with tempfile.TemporaryDirectory() as directory:
+                path = Path(directory) / "state.db"
+                fill_sqlite(path, rows, a_round().model_dump_json())
+                config = Path(directory) / "duet.yaml"
+                base = f"http://127.0.0.1:{upstream_port}/v1"
+                config.write_text(yaml.safe_dump({"pipelines": [{
+                    "name": "duet", "reasoner": {"base_url": base, "model": "bench-r1"}, "answer": {"base_url": base, "model": "bench-answer"},
+                    "tools": {"functions": ["tests.service_tools_fixtures:lookup_customer"]}}]}))
+                env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
+                env |= {"DUET_CONFIG": str(config), "DUET_PORT": str(duet_port), "DUET_STATE_URL": f"sqlite:///{path}",
+                        "DUET_LOG_LEVEL": "warning"}
+                duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=checkout, env=env)
+                try:
+                    deadline = time.monotonic() + 60
+                    while not port_open(duet_port):
+                        assert time.monotonic() < deadline and duet.poll() is None, "duet did not start"
+                        time.sleep(0.1)
+                    rps, p50 = asyncio.run(mixed_rounds_per_second(f"http://127.0.0.1:{duet_port}/v1/chat/completions", concurrency, seconds))
+                    print(f"rows {rows:>8}: {rps:6.1f} requests/s, p50 {p50:6.0f} ms", flush=True)
+                finally:
+                    duet.terminate()
+                    duet.wait(30)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="1000,100000,400000", help="comma-separated numbers of stored rounds")
     parser.add_argument("--calls", type=int, default=200, help="puts and gets timed at each size")
     parser.add_argument("--stores", default="sqlite,memory,redis", help="comma-separated: sqlite, memory, redis")
+    parser.add_argument("--http", action="store_true", help="requests/s of mixed rounds through duet serve, instead")
+    parser.add_argument("--concurrency", type=int, default=32, help="with --http: requests at once")
+    parser.add_argument("--seconds", type=float, default=10.0, help="with --http: duration of each run")
+    parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    asyncio.run(run([int(n) for n in args.rows.split(",")], args.calls, args.stores.split(",")))
+    sizes = [int(n) for n in args.rows.split(",")]
+    if args.serve_upstream:
+        serve_mixed_rounds(args.serve_upstream)
+    elif args.http:
+        http_bench(sizes, args.concurrency, args.seconds)
+    else:
+        asyncio.run(run(sizes, args.calls, args.stores.split(",")))
 
 
 if __name__ == "__main__":

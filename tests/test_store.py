@@ -322,3 +322,24 @@ def test_unwritable_sqlite_path_stops_startup_naming_it(tmp_path: Path, where: s
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("duet: cannot start: ") and str(path) in lines[0], done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_ping_tells_a_reachable_store_from_a_down_or_hung_one(redis_server: dict[str, Any], hung_redis: str, tmp_path: Path) -> None:
+    """What readiness checks call: it answers for a working store, and raises within the store
+    timeout for one that refuses connections or never answers."""
+    from agents.continuations import StoreUnavailable, open_store
+
+    async def main() -> None:
+        for url in (f"sqlite:///{tmp_path}/state.db", redis_server["url"]):
+            store = open_store(url, timeout=STORE_TIMEOUT)
+            await store.ping()
+            await store.close()
+        for url in (f"redis://127.0.0.1:{free_port()}/0", hung_redis):
+            store = open_store(url, timeout=STORE_TIMEOUT)
+            start = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                await store.ping()
+            assert time.monotonic() - start < STORE_TIMEOUT + 0.5
+            await store.close()
+
+    asyncio.run(main())
