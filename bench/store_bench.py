@@ -7,8 +7,10 @@ the event loop as Duet awaits it. Prints milliseconds per call: mean, median and
 
 With ``--http``, measures what that does to the service: ``duet serve`` (SQLite store, filled with
 that many live rounds) in front of a scripted upstream whose answer model makes a mixed round (a
-service tool and a client tool) on every request, driven at a given concurrency; prints requests/s
-and the median latency.
+service tool and a client tool) on every request, driven at a given concurrency; prints requests/s,
+the median and slowest latency, the share answered 200, and the warnings and tracebacks Duet logged.
+``--state redis-down`` / ``redis-hung`` do the same against a Redis that refuses connections or never
+answers, each round followed by its follow-up (which reads the store).
 
 Run from the repository root: ``python bench/store_bench.py`` (``--help`` for options). It uses only
 the stores' constructors and ``put``/``get``, so it also measures an older checkout: run it with that
@@ -28,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -169,65 +172,104 @@ def serve_mixed_rounds(port: int) -> None:
         time.sleep(3600)
 
 
-async def mixed_rounds_per_second(url: str, concurrency: int, seconds: float) -> tuple[float, float]:
+async def mixed_rounds_per_second(url: str, concurrency: int, seconds: float, follow_ups: bool) -> dict[str, Any]:
+    """Mixed rounds (and, with ``follow_ups``, each round's follow-up, which reads the stored part)
+    from ``concurrency`` clients for ``seconds``."""
     latencies: list[float] = []
-    body = {"model": "duet", "messages": [{"role": "user", "content": "Who is ada@example.com?"}], "tools": [NOTIFY]}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    statuses: list[int] = []
+    question = [{"role": "user", "content": "Who is ada@example.com?"}]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=60)) as session:
 
-        async def one() -> None:
+        async def one(messages: list[dict[str, Any]]) -> dict[str, Any]:
             start = time.perf_counter()
-            async with session.post(url, json=body) as response:
+            async with session.post(url, json={"model": "duet", "messages": messages, "tools": [NOTIFY]}) as response:
                 answer = await response.json()
-                assert response.status == 200 and answer["choices"][0]["finish_reason"] == "tool_calls", answer
             latencies.append(time.perf_counter() - start)
+            statuses.append(response.status)
+            return answer  # type: ignore[no-any-return]
 
-        for _ in range(20):
-            await one()  # warm up
+        async def pair() -> None:
+            first = await one(question)
+            if follow_ups and "choices" in first:
+                message = first["choices"][0]["message"]
+                await one([*question, {"role": "assistant", "content": None, "tool_calls": message["tool_calls"]},
+                           {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "shown"}])
+
+        for _ in range(10):
+            await pair()  # warm up
         latencies.clear()
+        statuses.clear()
         deadline = time.perf_counter() + seconds
 
         async def worker() -> None:
             while time.perf_counter() < deadline:
-                await one()
+                await pair()
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    return len(latencies) / elapsed, statistics.median(latencies) * 1000
+    return {"rps": len(latencies) / elapsed, "p50": statistics.median(latencies) * 1000, "max": max(latencies) * 1000,
+            "ok": statuses.count(200) / len(statuses) * 100}
 
 
-def http_bench(sizes: list[int], concurrency: int, seconds: float) -> None:
+def hung_server() -> int:
+    """A loopback TCP server that accepts connections and never answers (a hung Redis)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener.getsockname()[1]  # type: ignore[no-any-return]
+
+
+def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -> None:
     import agents.continuations as measured
 
     print(f"module: {measured.__file__}")
     checkout = Path(measured.__file__).resolve().parent.parent  # duet serve runs the code measured
-    print(f"mixed rounds through duet serve, SQLite store, c={concurrency}, {seconds:g} s each")
+    follow_ups = state != "sqlite"
+    print(f"mixed rounds{' and their follow-ups' if follow_ups else ''} through duet serve, state: {state}, "
+          f"c={concurrency}, {seconds:g} s each")
     upstream_port, duet_port = free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(upstream_port)], cwd=ROOT)
     try:
-        for rows in sizes:
+        for rows in sizes if state == "sqlite" else [0]:
             with tempfile.TemporaryDirectory() as directory:
                 path = Path(directory) / "state.db"
-                fill_sqlite(path, rows, a_round().model_dump_json())
+                if state == "sqlite":
+                    fill_sqlite(path, rows, a_round().model_dump_json())
+                    state_url = f"sqlite:///{path}"
+                else:
+                    state_url = f"redis://127.0.0.1:{hung_server() if state == 'redis-hung' else free_port()}/0"
                 config = Path(directory) / "duet.yaml"
                 base = f"http://127.0.0.1:{upstream_port}/v1"
                 config.write_text(yaml.safe_dump({"pipelines": [{
                     "name": "duet", "reasoner": {"base_url": base, "model": "bench-r1"}, "answer": {"base_url": base, "model": "bench-answer"},
                     "tools": {"functions": ["tests.service_tools_fixtures:lookup_customer"]}}]}))
                 env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
-                env |= {"DUET_CONFIG": str(config), "DUET_PORT": str(duet_port), "DUET_STATE_URL": f"sqlite:///{path}",
-                        "DUET_LOG_LEVEL": "warning"}
-                duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=checkout, env=env)
+                env |= {"DUET_CONFIG": str(config), "DUET_PORT": str(duet_port), "DUET_STATE_URL": state_url, "DUET_LOG_LEVEL": "warning"}
+                log = Path(directory) / "duet.log"
+                with log.open("w") as log_file:
+                    duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=checkout, env=env,
+                                            stdout=log_file, stderr=subprocess.STDOUT)
                 try:
                     deadline = time.monotonic() + 60
                     while not port_open(duet_port):
                         assert time.monotonic() < deadline and duet.poll() is None, "duet did not start"
                         time.sleep(0.1)
-                    rps, p50 = asyncio.run(mixed_rounds_per_second(f"http://127.0.0.1:{duet_port}/v1/chat/completions", concurrency, seconds))
-                    print(f"rows {rows:>8}: {rps:6.1f} requests/s, p50 {p50:6.0f} ms", flush=True)
+                    figures = asyncio.run(mixed_rounds_per_second(f"http://127.0.0.1:{duet_port}/v1/chat/completions",
+                                                                  concurrency, seconds, follow_ups))
                 finally:
                     duet.terminate()
                     duet.wait(30)
+                text = log.read_text()
+                label = f"rows {rows:>8}" if state == "sqlite" else state
+                print(f"{label}: {figures['rps']:6.1f} requests/s, p50 {figures['p50']:6.0f} ms, max {figures['max']:6.0f} ms, "
+                      f"HTTP 200 {figures['ok']:5.1f}%; log: {text.count(' WARNING ')} warnings, {text.count('Traceback')} tracebacks",
+                      flush=True)
     finally:
         upstream.terminate()
         upstream.wait(10)
@@ -241,13 +283,16 @@ def main() -> None:
     parser.add_argument("--http", action="store_true", help="requests/s of mixed rounds through duet serve, instead")
     parser.add_argument("--concurrency", type=int, default=32, help="with --http: requests at once")
     parser.add_argument("--seconds", type=float, default=10.0, help="with --http: duration of each run")
+    parser.add_argument("--state", choices=["sqlite", "redis-down", "redis-hung"], default="sqlite",
+                        help="with --http: a filled SQLite file, or a Redis that refuses connections or never answers "
+                             "(then every round is followed up)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(n) for n in args.rows.split(",")]
     if args.serve_upstream:
         serve_mixed_rounds(args.serve_upstream)
     elif args.http:
-        http_bench(sizes, args.concurrency, args.seconds)
+        http_bench(sizes, args.concurrency, args.seconds, args.state)
     else:
         asyncio.run(run(sizes, args.calls, args.stores.split(",")))
 
