@@ -296,7 +296,7 @@ def test_hung_redis_costs_a_request_at_most_the_store_timeout(upstream: Scripted
         def follow() -> tuple[httpx.Response, float]:
             return ask(server, follow_up(first))
 
-        upstream.set_default(answer_from_results)
+        upstream.script(ANSWER, *[answer_from_results] * 8)
         start = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             results = list(pool.map(lambda _: follow(), range(8)))  # their reads hang, all at once
