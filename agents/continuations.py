@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_STATE_URL = "sqlite:///.duet/state.db"
-DEFAULT_TIMEOUT = 2.0
+DEFAULT_STORE_TIMEOUT = 2.0  # seconds per store call (the service takes it from ServiceOptions.store_timeout)
+RETRY_INTERVAL = 1.0  # seconds a store that failed is left alone before a call tries it again
 SWEEP_INTERVAL = 60.0  # seconds between two sweeps of expired SQLite rows
 SWEEP_BATCH = 500  # rows deleted per statement: a sweep never holds the store for long
 _T = TypeVar("_T")
@@ -137,7 +138,7 @@ class SQLiteContinuationStore(ContinuationStore):
     batches), at startup and then at most every ``sweep_interval`` seconds."""
 
     def __init__(
-        self, path: str | Path, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_TIMEOUT, sweep_interval: float = SWEEP_INTERVAL
+        self, path: str | Path, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT, sweep_interval: float = SWEEP_INTERVAL
     ) -> None:
         self._path = Path(path)
         self._ttl = ttl
@@ -229,7 +230,7 @@ class SQLiteContinuationStore(ContinuationStore):
 class RedisContinuationStore(ContinuationStore):
     """Redis, for replicas that share state. Keys expire on their own."""
 
-    def __init__(self, url: str, ttl: float = DEFAULT_TTL, prefix: str = "duet:continuation:", *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, url: str, ttl: float = DEFAULT_TTL, prefix: str = "duet:continuation:", *, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
         import redis.asyncio as redis  # optional dependency: only this store needs it
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
@@ -276,7 +277,7 @@ class GuardedStore(ContinuationStore):
     every request every time.
     """
 
-    def __init__(self, store: ContinuationStore, timeout: float = DEFAULT_TIMEOUT, retry_interval: float = 1.0) -> None:
+    def __init__(self, store: ContinuationStore, timeout: float = DEFAULT_STORE_TIMEOUT, retry_interval: float = RETRY_INTERVAL) -> None:
         self.store = store
         self._timeout = timeout
         self._retry_interval = retry_interval
@@ -337,7 +338,7 @@ class GuardedStore(ContinuationStore):
         return str(self.store)
 
 
-def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_TIMEOUT) -> ContinuationStore:
+def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> ContinuationStore:
     """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``redis://host:port/db`` or
     ``memory://``. SQLite and Redis come guarded (:class:`GuardedStore`): each call takes at most
     ``timeout`` seconds, and a fault raises :class:`StoreUnavailable`. Raises
