@@ -7,17 +7,22 @@ what it saw. Duet stores that hidden part, keyed by each returned tool-call id, 
 into the conversation when a follow-up carries those ids.
 
 SQLite (a file, the default) or Redis (``redis://``, shared by several replicas); entries expire.
+The store is an optimisation of answer quality, never a reason to fail a request: :func:`open_store`
+wraps it in a :class:`GuardedStore`, which bounds every call by a timeout and turns faults into
+:class:`StoreUnavailable` (reported once per outage), so a round goes on without its hidden part.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import sqlite3
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 from urllib.parse import urlsplit
 
 from autogen_core.models import (
@@ -27,10 +32,17 @@ from autogen_core.models import (
     SystemMessage,
     UserMessage,
 )
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_STATE_URL = "sqlite:///.duet/state.db"
+DEFAULT_STORE_TIMEOUT = 2.0  # seconds per store call (the service takes it from ServiceOptions.store_timeout)
+RETRY_INTERVAL = 1.0  # seconds a store that failed is left alone before a call tries it again
+SWEEP_INTERVAL = 60.0  # seconds between two sweeps of expired SQLite rows
+SWEEP_BATCH = 500  # rows deleted per statement: a sweep never holds the store for long
+_T = TypeVar("_T")
 
 
 class Continuation(BaseModel):
@@ -43,6 +55,25 @@ class Continuation(BaseModel):
 
 
 _CONTINUATION = TypeAdapter(Continuation)
+
+
+class StoreOpenError(RuntimeError):
+    """The store cannot be opened (e.g. an unwritable SQLite path): the service does not start."""
+
+
+class StoreUnavailable(RuntimeError):
+    """A store call failed or did not answer in time. The :class:`GuardedStore` has reported it
+    (once per outage); the caller goes on without the stored part."""
+
+
+def _decode(payload: str | bytes | None, call_ids: Sequence[str]) -> Continuation | None:
+    if not payload:
+        return None
+    try:
+        return _CONTINUATION.validate_json(payload)
+    except ValidationError:  # e.g. written by an older Duet: that round goes on without it
+        logger.warning("unreadable saved state for tool calls %s: ignored", ", ".join(call_ids))
+        return None
 
 
 class ContinuationStore(abc.ABC):
@@ -61,55 +92,109 @@ class ContinuationStore(abc.ABC):
     async def close(self) -> None:
         return None
 
+    def __str__(self) -> str:
+        return type(self).__name__
+
 
 class MemoryContinuationStore(ContinuationStore):
-    """For a single process (scripts, tests)."""
+    """For a single process (scripts, tests). O(1) per call: the TTL is the same for every entry,
+    so entries expire in the order they were put; each put drops a few of the oldest expired ones."""
+
+    _EXPIRE_PER_PUT = 64  # amortised: a long-idle store is emptied over several puts, never in one
 
     def __init__(self, ttl: float = DEFAULT_TTL) -> None:
         self._ttl = ttl
-        self._entries: dict[str, tuple[float, Continuation]] = {}
+        self._entries: OrderedDict[str, tuple[float, Continuation]] = OrderedDict()  # oldest first
 
     async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
-        expires = time.time() + self._ttl
-        now = time.time()
-        self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+        now = time.monotonic()
+        entries = self._entries
+        for _ in range(self._EXPIRE_PER_PUT):
+            oldest = next(iter(entries), None)
+            if oldest is None or entries[oldest][0] > now:
+                break
+            del entries[oldest]
+        expires = now + self._ttl
         for call_id in call_ids:
-            self._entries[call_id] = (expires, continuation)
+            entries[call_id] = (expires, continuation)
+            entries.move_to_end(call_id)  # a key put again expires last
 
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
-        now = time.time()
+        now = time.monotonic()
         for call_id in call_ids:
             entry = self._entries.get(call_id)
             if entry is not None and entry[0] > now:
                 return entry[1]
         return None
 
+    def __str__(self) -> str:
+        return "memory"
+
 
 class SQLiteContinuationStore(ContinuationStore):
-    """A SQLite file; calls run in a worker thread so the event loop never waits on the disk."""
+    """A SQLite file; calls run in a thread of the store's own, so the event loop never waits on the
+    disk. A put is one indexed insert, whatever the number of stored rounds: expired rows are deleted
+    on that thread in batches of ``SWEEP_BATCH`` (request calls queued meanwhile run between two
+    batches), at startup and then at most every ``sweep_interval`` seconds."""
 
-    def __init__(self, path: str | Path, ttl: float = DEFAULT_TTL) -> None:
+    def __init__(
+        self, path: str | Path, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT, sweep_interval: float = SWEEP_INTERVAL
+    ) -> None:
         self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
         self._ttl = ttl
-        self._connection = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-        self._connection.execute("PRAGMA journal_mode=WAL")
-        self._connection.execute(
-            "CREATE TABLE IF NOT EXISTS continuations (call_id TEXT PRIMARY KEY, payload TEXT NOT NULL, expires_at REAL NOT NULL)"
-        )
+        self._sweep_interval = sweep_interval
+        self._closed = False
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            # timeout: how long a call waits for another process's write lock.
+            self._connection = sqlite3.connect(self._path, timeout=timeout, check_same_thread=False, isolation_level=None)
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL never corrupts the file; a power cut may lose the last rounds' hidden parts,
+            # which only costs those follow-ups their hidden part. It saves an fsync per put.
+            self._connection.execute("PRAGMA synchronous=NORMAL")
+            self._connection.execute(
+                "CREATE TABLE IF NOT EXISTS continuations (call_id TEXT PRIMARY KEY, payload TEXT NOT NULL, expires_at REAL NOT NULL)"
+            )
+            self._connection.execute("CREATE INDEX IF NOT EXISTS continuations_by_expiry ON continuations (expires_at)")
+            self._connection.execute("BEGIN IMMEDIATE")  # fails now, not on the first put, if the file is read-only
+            self._connection.execute("ROLLBACK")
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreOpenError(f"cannot open the continuation store {self._path}: {exc}") from None
         # One thread of its own: the disk never waits behind tools in a shared executor.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duet-state")
+        self._next_sweep = time.monotonic() + sweep_interval
+        self._thread.submit(self._sweep, time.time())  # what expired while the service was down
 
-    async def _run(self, function: Any, *args: Any) -> Any:
+    async def _run(self, function: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
 
     def _put(self, call_ids: Sequence[str], payload: str) -> None:
         now = time.time()
-        with self._connection:
-            self._connection.execute("DELETE FROM continuations WHERE expires_at <= ?", (now,))
-            self._connection.executemany(
-                "INSERT OR REPLACE INTO continuations VALUES (?, ?, ?)", [(i, payload, now + self._ttl) for i in call_ids]
-            )
+        self._connection.executemany(
+            "INSERT OR REPLACE INTO continuations VALUES (?, ?, ?)", [(i, payload, now + self._ttl) for i in call_ids]
+        )
+        if time.monotonic() >= self._next_sweep:  # queued: this put returns first
+            self._next_sweep = time.monotonic() + self._sweep_interval
+            self._thread.submit(self._sweep, now)
+
+    def _sweep(self, now: float) -> None:
+        """Deletes one batch of rows expired at ``now``; while batches come back full, queues the
+        next one behind whatever calls are waiting for the thread."""
+        if self._closed:
+            return
+        try:
+            deleted = self._connection.execute(
+                "DELETE FROM continuations WHERE rowid IN (SELECT rowid FROM continuations WHERE expires_at <= ? LIMIT ?)",
+                (now, SWEEP_BATCH),
+            ).rowcount
+        except sqlite3.Error as exc:  # the next sweep tries again; request calls report their own faults
+            logger.warning("could not delete expired rounds from the continuation store %s: %s", self._path, exc)
+            return
+        if deleted == SWEEP_BATCH:
+            try:
+                self._thread.submit(self._sweep, now)
+            except RuntimeError:  # closing
+                pass
 
     def _get(self, call_ids: list[str]) -> str | None:
         marks = ",".join("?" * len(call_ids))
@@ -118,6 +203,9 @@ class SQLiteContinuationStore(ContinuationStore):
         ).fetchone()
         return row[0] if row else None
 
+    def _ping(self) -> None:
+        self._connection.execute("SELECT 1 FROM continuations LIMIT 1").fetchall()
+
     async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
         await self._run(self._put, call_ids, continuation.model_dump_json())
 
@@ -125,23 +213,35 @@ class SQLiteContinuationStore(ContinuationStore):
         ids = list(call_ids)
         if not ids:
             return None
-        payload = await self._run(self._get, ids)
-        return _CONTINUATION.validate_json(payload) if payload else None
+        return _decode(await self._run(self._get, ids), ids)
+
+    async def ping(self) -> None:
+        await self._run(self._ping)
 
     async def close(self) -> None:
+        self._closed = True
         await self._run(self._connection.close)
-        self._thread.shutdown()
+        self._thread.shutdown(cancel_futures=True)
+
+    def __str__(self) -> str:
+        return f"sqlite:///{self._path}"
 
 
 class RedisContinuationStore(ContinuationStore):
     """Redis, for replicas that share state. Keys expire on their own."""
 
-    def __init__(self, url: str, ttl: float = DEFAULT_TTL, prefix: str = "duet:continuation:") -> None:
+    def __init__(self, url: str, ttl: float = DEFAULT_TTL, prefix: str = "duet:continuation:", *, timeout: float = DEFAULT_STORE_TIMEOUT) -> None:
         import redis.asyncio as redis  # optional dependency: only this store needs it
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
-        self._redis = redis.from_url(url)
+        # Socket timeouts bound every connect and every reply. One immediate retry replaces a pooled
+        # connection Redis closed (after a restart); redis-py's default is ten, with backoff.
+        self._redis = redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 1))
         self._ttl = int(ttl)
         self._prefix = prefix
+        parts = urlsplit(url)  # named in logs without its password
+        self._where = f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
 
     async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
         payload = continuation.model_dump_json()
@@ -151,25 +251,105 @@ class RedisContinuationStore(ContinuationStore):
             await pipe.execute()
 
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
-        keys = [self._prefix + call_id for call_id in call_ids]
-        if not keys:
+        ids = list(call_ids)
+        if not ids:
             return None
-        payload = next((value for value in await self._redis.mget(keys) if value), None)
-        return _CONTINUATION.validate_json(payload) if payload else None
+        values = await self._redis.mget([self._prefix + call_id for call_id in ids])
+        return _decode(next((value for value in values if value), None), ids)
+
+    async def ping(self) -> None:
+        await self._redis.ping()
 
     async def close(self) -> None:
         await self._redis.aclose()
 
+    def __str__(self) -> str:
+        return self._where
 
-def open_store(url: str, ttl: float = DEFAULT_TTL) -> ContinuationStore:
-    """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``redis://host:port/db`` or ``memory://``."""
+
+class GuardedStore(ContinuationStore):
+    """Another store, with every call bounded by ``timeout`` seconds and every fault turned into
+    :class:`StoreUnavailable`.
+
+    An outage is logged once, as one warning naming the store and the first error, and its end as
+    one info line. While the store is out, calls fail at once, but one every ``retry_interval``
+    seconds goes through to try it: a hung store costs a request its timeout now and then, not
+    every request every time.
+    """
+
+    def __init__(self, store: ContinuationStore, timeout: float = DEFAULT_STORE_TIMEOUT, retry_interval: float = RETRY_INTERVAL) -> None:
+        self.store = store
+        self._timeout = timeout
+        self._retry_interval = retry_interval
+        self._down_since: float | None = None  # monotonic time of the first failure of this outage
+        self._retry_at = 0.0
+        self._probing = False
+
+    @property
+    def available(self) -> bool:
+        """False from a failed call until the next call that succeeds."""
+        return self._down_since is None
+
+    async def _guard(self, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        probe = False
+        if self._down_since is not None:
+            if self._probing or time.monotonic() < self._retry_at:
+                raise StoreUnavailable(f"the continuation store {self.store} is unavailable")
+            self._probing = probe = True
+        try:
+            async with asyncio.timeout(self._timeout):
+                result = await call(*args)
+        except Exception as exc:  # noqa: BLE001 - any fault of the store degrades the round the same way
+            reason = f"no answer within {self._timeout:g} s" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+        else:
+            if self._down_since is not None:
+                logger.info("continuation store %s is back after %.1f s: tool rounds keep their hidden part again",
+                            self.store, time.monotonic() - self._down_since)
+                self._down_since = None
+            return result
+        finally:
+            if probe:
+                self._probing = False
+        # Raised outside the except block: nothing of the failed call (frames, its exception) stays attached.
+        self._retry_at = time.monotonic() + self._retry_interval
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            logger.warning("continuation store %s is unavailable (%s): tool rounds go on without their hidden part "
+                           "until it answers again", self.store, reason)
+        raise StoreUnavailable(f"the continuation store {self.store} is unavailable: {reason}")
+
+    async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
+        await self._guard(self.store.put, call_ids, continuation)
+
+    async def get(self, call_ids: Iterable[str]) -> Continuation | None:
+        return await self._guard(self.store.get, list(call_ids))
+
+    async def ping(self) -> None:
+        await self._guard(self.store.ping)
+
+    async def close(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self.store.close()
+        except Exception as exc:  # noqa: BLE001 - shutting down: say so and go on
+            logger.warning("could not close the continuation store %s: %s", self.store, exc)
+
+    def __str__(self) -> str:
+        return str(self.store)
+
+
+def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> ContinuationStore:
+    """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``redis://host:port/db`` or
+    ``memory://``. SQLite and Redis come guarded (:class:`GuardedStore`): each call takes at most
+    ``timeout`` seconds, and a fault raises :class:`StoreUnavailable`. Raises
+    :class:`StoreOpenError` when a SQLite file cannot be created or written."""
     scheme = urlsplit(url).scheme
-    if scheme == "sqlite":
-        return SQLiteContinuationStore(url.removeprefix("sqlite:///"), ttl)
-    if scheme in ("redis", "rediss", "unix"):
-        return RedisContinuationStore(url, ttl)
     if scheme == "memory":
-        return MemoryContinuationStore(ttl)
+        return MemoryContinuationStore(ttl)  # in the process: nothing to time out
+    if scheme == "sqlite":
+        return GuardedStore(SQLiteContinuationStore(url.removeprefix("sqlite:///"), ttl, timeout=timeout), timeout)
+    if scheme in ("redis", "rediss", "unix"):
+        return GuardedStore(RedisContinuationStore(url, ttl, timeout=timeout), timeout)
     raise ValueError(f"unsupported state URL {url!r}: use sqlite:///path, redis://host:port/db or memory://")
 
 

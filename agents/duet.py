@@ -23,7 +23,7 @@ from workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, 
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT, REASONING_METADATA, workbench_from_config
-from .continuations import Continuation, ContinuationStore, MemoryContinuationStore, splice, tool_rounds
+from .continuations import Continuation, ContinuationStore, MemoryContinuationStore, StoreUnavailable, splice, tool_rounds
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results, last_user_text
 from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
@@ -435,7 +435,13 @@ class Duet:
         reasoning = ""
         for index in reversed(tool_rounds(conversation)):  # from the end, so earlier indices hold
             call_ids = [call.id for call in conversation[index].content]  # type: ignore[union-attr]
-            continuation = await self.continuations.get(self._key(call_id) for call_id in call_ids)
+            try:
+                continuation = await self.continuations.get(self._key(call_id) for call_id in call_ids)
+            except StoreUnavailable:  # the store reports its outage once; this round goes on without it
+                break
+            except Exception as exc:  # a store without a guard: one line, not a traceback per request
+                logger.warning("could not read the state of tool calls %s: %s", ", ".join(call_ids), exc)
+                break
             if continuation is None:
                 if any(DUET_CALL_ID.match(call_id) for call_id in call_ids):
                     logger.warning("no saved state for tool calls %s (expired, or another store): continuing without "
@@ -453,8 +459,10 @@ class Duet:
         client_ids = [call.id for call in turn[-2].content if call.id not in answered]  # type: ignore[union-attr]
         try:
             await self.continuations.put([self._key(i) for i in client_ids], Continuation(turn=list(turn), reasoning=reasoning))
-        except Exception:  # the client still gets its calls; the follow-up will warn
-            logger.exception("could not save the state of tool calls %s", ", ".join(client_ids))
+        except StoreUnavailable:  # the store reports its outage once; the client still gets its calls
+            pass
+        except Exception as exc:  # a store without a guard: one line, not a traceback per request
+            logger.warning("could not save the state of tool calls %s: %s", ", ".join(client_ids), exc)
 
     async def _settle(self, slot: TeamSlot, clean: bool) -> None:
         """Resets a team that finished cleanly and returns it to the pool; closes any other."""

@@ -105,7 +105,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     logging.getLogger("autogen_core").addFilter(_DropCancellations())
     auth = BearerAuth(config.api_keys)
     options = config.options
-    continuations = open_store(config.state_url)
+    continuations = open_store(options.state_url, timeout=options.store_timeout)  # an unwritable SQLite path stops here
     pipelines = config.build(continuations)
     gate = RequestGate(options)
     readiness = Readiness(pipelines, continuations, options)

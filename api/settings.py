@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
-from agents.continuations import DEFAULT_STATE_URL
+from agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
 from workbenches import ToolsSettings
 
 
@@ -26,7 +26,7 @@ class ServiceOptions(BaseModel):
 
     ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
     state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path or redis://host:port/db.")
-    store_timeout: float = Field(2.0, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
+    store_timeout: float = Field(DEFAULT_STORE_TIMEOUT, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
     max_header_bytes: int = Field(64 * 1024, gt=0, description="Largest request head: request line and headers (431 above it).")

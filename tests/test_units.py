@@ -160,7 +160,7 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
             await store.close()
 
     asyncio.run(main())
-    assert type(open_store(f"sqlite:///{tmp_path}/x.db")).__name__ == "SQLiteContinuationStore"
+    assert type(open_store(f"sqlite:///{tmp_path}/x.db").store).__name__ == "SQLiteContinuationStore"  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="unsupported state URL"):
         open_store("postgres://x")
 
