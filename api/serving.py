@@ -21,17 +21,12 @@ from .errors import APIError, as_api_error
 from .settings import ServiceOptions
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
 from .sse import EventStreamResponse, wait_for_disconnect
-from .validation import load_body
-
-PARSE_OFF_LOOP_BYTES = 1024 * 1024
-"""Bodies larger than this are parsed and checked in a worker thread, so the event loop keeps
-serving other clients meanwhile (up to the C parts of parsing, which hold the interpreter)."""
-
+from .validation import LARGE_BODY_BYTES, load_body
 
 async def parse_request(raw: bytes, options: ServiceOptions) -> tuple[ChatCompletionRequest, dict[str, Any]]:
     """The validated request, and the body as parsed (tool schemas are passed on from it, untouched).
     Everything that can be refused without a model is refused here, with a 400 naming the param."""
-    if len(raw) > PARSE_OFF_LOOP_BYTES:
+    if len(raw) > LARGE_BODY_BYTES:  # parsed in a worker thread: the event loop goes on serving others
         return await asyncio.to_thread(_parse_request, raw, options)
     return _parse_request(raw, options)
 
