@@ -91,7 +91,8 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
     if has_tools and request.legacy_functions:
         create_args["parallel_tool_calls"] = False
 
-    legacy = request.tools is None and request.functions is not None
+    # Legacy clients send functions and function_call; a client without tools may send either choice.
+    legacy = request.tools is None and (request.functions is not None or request.tool_choice is None)
     choice = request.function_call if legacy else request.tool_choice
     param = "function_call" if legacy else "tool_choice"
     tool_choice = "auto"

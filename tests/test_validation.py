@@ -76,6 +76,7 @@ CASES: list[tuple[str, bytes | dict[str, Any], str | None, str]] = [
     ("4097 messages", body(messages=USER * 4097), "messages", "too_many_items"),
     ("tool_choice required without tools", body(tool_choice="required"), "tool_choice", None),
     ("tool_choice names a tool without tools", body(tool_choice={"type": "function", "function": {"name": "f"}}), "tool_choice", None),
+    ("function_call names a function without functions", body(function_call={"name": "f"}), "function_call", None),
     ("model name too long", {"model": "m" * 300, "messages": USER}, "model", "invalid_request"),
     # tool calls in the history
     ("tool_calls not a list", body(messages=[*USER, {"role": "assistant", "tool_calls": {"id": "c1"}}]), "messages[1].tool_calls", "invalid_message"),
@@ -157,6 +158,37 @@ def test_accepted(http: httpx.Client, upstream: ScriptedUpstream, payload: dict[
     assert response.json()["object"] == "chat.completion"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_nesting_at_the_limit_reaches_the_answer_model_intact(http: httpx.Client, upstream: ScriptedUpstream, stream: bool) -> None:
+    """Nesting near the limit inside the parts Duet passes on (tool schema, response_format schema,
+    tool-call arguments) is serialised again for the upstream without trouble."""
+    depth = 120
+    payload = body(
+        messages=assistant_calls({**CALL, "function": {"name": "lookup", "arguments": {"a": "DEEP"}}}),
+        tools=[{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "x-deep": "DEEP"}}}],
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object", "x-deep": "DEEP"}}},
+        stream=stream,
+    )
+    response = http.post("/v1/chat/completions", content=with_deep(payload, depth), headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    sent = upstream.requests_for("qwen-tools")[0].body
+    assert sent["tools"][0]["function"]["parameters"]["x-deep"] == json.loads(nested(depth))
+    assert sent["response_format"]["json_schema"]["schema"]["x-deep"] == json.loads(nested(depth))
+    assert json.loads(sent["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {"a": json.loads(nested(depth))}
+
+
+@pytest.mark.parametrize("padding", [0, 2 * 1024 * 1024], ids=["small body", "large body"])
+@pytest.mark.parametrize(("levels", "status"), [(128, 200), (129, 400)])
+def test_the_depth_limit_is_128_levels(http: httpx.Client, upstream: ScriptedUpstream, padding: int, levels: int, status: int) -> None:
+    """Small bodies are checked after parsing, large ones (over 1 MiB) before: the same limit."""
+    payload = with_deep(body(messages=[{"role": "user", "content": "x" * padding}], extra="DEEP"), levels - 1)  # the body is a level
+    response = http.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text[:300]
+    if status == 400:
+        assert "128 levels" in assert_error(response, 400, "invalid_json")["message"]
+        assert upstream.requests == []
+
+
 def test_options_reach_the_answer_model_as_sent(http: httpx.Client, upstream: ScriptedUpstream) -> None:
     response_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object", "default": None}}, "x-vendor": 1}
     assert http.post("/v1/chat/completions", json=body(response_format=response_format, stream=None)).status_code == 200
@@ -175,3 +207,60 @@ def test_refusals_are_not_logged_as_crashes(http: httpx.Client, duet: DuetServer
         assert send(http, payload, False).status_code == 400
     log = duet.log.read_text()
     assert "Traceback" not in log and "RecursionError" not in log and "UnicodeEncodeError" not in log
+
+
+PADDING = "x" * (2 * 1024 * 1024)  # past 1 MiB: the body is checked before parsing, in a worker thread
+
+
+def cut_in_two(payload: bytes) -> bytes:
+    """``payload`` padded at ``PAD`` so that the escape after it straddles the first 1 MiB boundary
+    (the body is searched in 1 MiB pieces), and to over 1 MiB."""
+    at = payload.index(b"PAD")
+    return payload.replace(b"PAD", b"x" * (1024 * 1024 - 2 - at)) + b" " * 1024
+
+
+@pytest.mark.parametrize(
+    ("payload", "param", "code"),
+    [
+        (json.dumps(body(messages=[{"role": "user", "content": PADDING}, {"role": "user", "content": SURROGATE}])).encode(),
+         "messages[1].content", "invalid_unicode"),
+        (cut_in_two(json.dumps(body(messages=[{"role": "user", "content": "PAD\ud800"}], user="u")).encode()), "messages[0].content",
+         "invalid_unicode"),
+        (json.dumps(body(messages=[{"role": "user", "content": PADDING}], temperature="NAN")).replace('"NAN"', "NaN").encode(), None, "invalid_json"),
+        (json.dumps(body(messages=[{"role": "user", "content": PADDING}])).encode().replace(b'xxx"', b'x\xff"', 1), None, "invalid_json"),
+        (json.dumps(body(messages=[{"role": "user", "content": PADDING}])).encode()[:-10] + b'"\\"', None, "invalid_json"),  # unterminated
+        (json.dumps(body(messages=[{"role": "user", "content": PADDING}], extra=[[]] * 600_000)).encode(), None, "invalid_json"),
+        (json.dumps(body(messages=[{"role": "user", "content": PADDING}], max_tokens=10**30)).encode(), "max_tokens", "invalid_request"),
+    ],
+    ids=["surrogate", "surrogate across pieces", "nan", "not utf-8", "unterminated string", "600k values", "max_tokens"],
+)
+def test_large_bodies_are_refused_the_same_way(
+    http: httpx.Client, upstream: ScriptedUpstream, payload: bytes, param: str | None, code: str
+) -> None:
+    assert len(payload) > 1024 * 1024
+    response = http.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text[:300]
+    assert_error(response, 400, code, param)
+    assert upstream.requests == []
+
+
+def test_a_large_body_is_served(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    payload = json.dumps(body(messages=[{"role": "user", "content": PADDING + " \ud83d\ude00"}])).encode()  # an escaped pair
+    response = http.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text[:300]
+    assert upstream.requests_for("qwen-tools")[0].body["messages"][-1]["content"].endswith(" \U0001f600")
+
+
+def test_the_configured_limits_apply(upstream: ScriptedUpstream, tmp_path: Any) -> None:
+    """``max_messages`` and ``max_tools`` are ServiceOptions: DUET_* variables (or YAML keys)."""
+    env = {"DUET_MAX_MESSAGES": "3", "DUET_MAX_TOOLS": "2", "DUET_API_KEYS": "", "DUET_MODEL_NAME": "duet",
+           "DUET_REASONER_BASE_URL": upstream.base_url, "DUET_ANSWER_BASE_URL": upstream.base_url}
+    server = DuetServer([], env, tmp_path / "duet.log")
+    try:
+        url = f"{server.base_url}/v1/chat/completions"
+        assert_error(httpx.post(url, json=body(messages=USER * 4)), 400, "too_many_items", "messages")
+        assert_error(httpx.post(url, json=body(tools=[tool("a"), tool("b"), tool("c")])), 400, "too_many_items", "tools")
+        assert upstream.requests == []
+        assert httpx.post(url, json=body(messages=USER * 3, tools=[tool("a"), tool("b")]), timeout=30).status_code == 200
+    finally:
+        server.stop()
