@@ -8,7 +8,8 @@ client may rely on:
 - never a 5xx;
 - every refusal has the OpenAI error shape, and no model was called for it;
 - no HTTP 200 carries an error: a collected answer is a ``chat.completion``, a stream ends with
-  ``[DONE]`` and holds no error event (the scripted upstream never fails here).
+  ``[DONE]`` and holds no error event (the scripted upstream never fails here);
+- what reaches the upstream is strict JSON in UTF-8 (no ``NaN``, no lone surrogates).
 
 The budget is fixed and the run deterministic (``derandomize``), so a failure reproduces.
 """
@@ -115,6 +116,10 @@ def hostile_body(draw: st.DrawFn) -> tuple[bytes, bool]:
     return raw, bool(body.get("stream")) if isinstance(body, dict) else False
 
 
+def _not_json(name: str) -> None:
+    raise AssertionError(f"Duet sent {name} to the upstream")
+
+
 def _check(response: httpx.Response, stream: bool, upstream_calls: int, upstream: ScriptedUpstream, raw: bytes) -> None:
     status = response.status_code
     assert status < 500, (status, response.text[:500], raw[:500])
@@ -124,6 +129,8 @@ def _check(response: httpx.Response, stream: bool, upstream_calls: int, upstream
         assert isinstance(error["error"]["message"], str) and error["error"]["message"]
         assert len(upstream.requests) == upstream_calls, f"a model was called for a refused request: {raw[:300]!r}"
         return
+    for sent in upstream.requests[upstream_calls:]:  # what Duet passed on is strict JSON in UTF-8
+        json.loads(sent.raw.decode("utf-8"), parse_constant=_not_json)
     if response.headers["content-type"].startswith("text/event-stream"):
         events = sse_events(response.content)
         assert events and events[-1] == "[DONE]", response.text[-500:]
