@@ -29,10 +29,14 @@ MAX_JSON_VALUES = 500_000
 tiny values (``[[],[],…]``) would otherwise hold the interpreter for over a second while it
 parses; real requests (4,096 messages, 128 tools) stay far below it."""
 
-LARGE_BODY_BYTES = 1024 * 1024
-"""Bodies larger than this are checked before they are parsed, a piece at a time, letting other
-threads run between pieces: ``api.serving`` reads them in a worker thread, so the event loop goes
-on serving other clients meanwhile (but for the one C call that parses, which cannot be split)."""
+LARGE_BODY_BYTES = 64 * 1024
+"""Bodies larger than this are checked before they are parsed, with a scan that lets other threads
+run every few thousand tokens: ``api.serving`` reads them in a worker thread, so the event loop
+goes on serving other clients meanwhile (but for the one C call that parses, which cannot be
+split). Smaller ones are parsed on the event loop (a few milliseconds at most)."""
+
+_PIECE = 1024 * 1024
+"""Large bodies are decoded and searched a piece at a time, letting other threads run between pieces."""
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # A string, whole, or one structural byte. A string also ends at the end of the body, so a quote
@@ -138,13 +142,13 @@ def _printable_key(key: str) -> str:
 
 def _decode(raw: bytes) -> str:
     """Strict UTF-8 (UTF-8-encoded surrogates are invalid too), a piece at a time for large bodies."""
-    if len(raw) <= LARGE_BODY_BYTES:
+    if len(raw) <= _PIECE:
         return raw.decode("utf-8")
     decoder = codecs.getincrementaldecoder("utf-8")()
     parts = []
-    for start in range(0, len(raw), LARGE_BODY_BYTES):
+    for start in range(0, len(raw), _PIECE):
         try:
-            parts.append(decoder.decode(raw[start : start + LARGE_BODY_BYTES], final=start + LARGE_BODY_BYTES >= len(raw)))
+            parts.append(decoder.decode(raw[start : start + _PIECE], final=start + _PIECE >= len(raw)))
         except UnicodeDecodeError as exc:
             raise UnicodeDecodeError(exc.encoding, exc.object, exc.start + start, exc.end + start, exc.reason) from None
         time.sleep(0)
@@ -153,10 +157,10 @@ def _decode(raw: bytes) -> str:
 
 def _may_hold_lone_surrogates(raw: bytes) -> bool:
     """Whether ``raw`` has a ``\\ud800``-``\\udfff`` escape (valid pairs have them too)."""
-    if len(raw) <= LARGE_BODY_BYTES:
+    if len(raw) <= _PIECE:
         return _SURROGATE_ESCAPE.search(raw) is not None
-    for start in range(0, len(raw), LARGE_BODY_BYTES):
-        if _SURROGATE_ESCAPE.search(raw, start, start + LARGE_BODY_BYTES + 5) is not None:  # +5: an escape across the cut
+    for start in range(0, len(raw), _PIECE):
+        if _SURROGATE_ESCAPE.search(raw, start, start + _PIECE + 5) is not None:  # +5: an escape across the cut
             return True
         time.sleep(0)
     return False

@@ -177,10 +177,10 @@ def test_nesting_at_the_limit_reaches_the_answer_model_intact(http: httpx.Client
     assert json.loads(sent["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {"a": json.loads(nested(depth))}
 
 
-@pytest.mark.parametrize("padding", [0, 2 * 1024 * 1024], ids=["small body", "large body"])
+@pytest.mark.parametrize("padding", [0, 100 * 1024, 2 * 1024 * 1024], ids=["small body", "large body", "body of 2 MiB"])
 @pytest.mark.parametrize(("levels", "status"), [(128, 200), (129, 400)])
 def test_the_depth_limit_is_128_levels(http: httpx.Client, upstream: ScriptedUpstream, padding: int, levels: int, status: int) -> None:
-    """Small bodies are checked after parsing, large ones (over 1 MiB) before: the same limit."""
+    """Small bodies are checked after parsing, large ones (over 64 KiB) before: the same limit."""
     payload = with_deep(body(messages=[{"role": "user", "content": "x" * padding}], extra="DEEP"), levels - 1)  # the body is a level
     response = http.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text[:300]
@@ -209,7 +209,7 @@ def test_refusals_are_not_logged_as_crashes(http: httpx.Client, duet: DuetServer
     assert "Traceback" not in log and "RecursionError" not in log and "UnicodeEncodeError" not in log
 
 
-PADDING = "x" * (2 * 1024 * 1024)  # past 1 MiB: the body is checked before parsing, in a worker thread
+PADDING = "x" * (2 * 1024 * 1024)  # checked before parsing, in a worker thread, in 1 MiB pieces
 
 
 def cut_in_two(payload: bytes) -> bytes:
@@ -237,7 +237,7 @@ def cut_in_two(payload: bytes) -> bytes:
 def test_large_bodies_are_refused_the_same_way(
     http: httpx.Client, upstream: ScriptedUpstream, payload: bytes, param: str | None, code: str
 ) -> None:
-    assert len(payload) > 1024 * 1024
+    assert len(payload) > 1024 * 1024  # more than one piece
     response = http.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
     assert response.status_code == 400, response.text[:300]
     assert_error(response, 400, code, param)
