@@ -133,18 +133,21 @@ def _calls(message: Mapping[str, Any], param: str) -> list[FunctionCall]:
     tool_calls = message.get("tool_calls")
     if tool_calls is not None and not isinstance(tool_calls, list):
         raise ConversationError("tool_calls must be a list", f"{param}.tool_calls")
+    ids: set[str] = set()
     for i, call in enumerate(tool_calls or []):
         call_param = f"{param}.tool_calls[{i}]"
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str) or not function["name"]:
             raise ConversationError("a tool call needs function.name", call_param)
         call_id = call.get("id")
-        if call_id is not None and (not isinstance(call_id, str) or not call_id):
-            raise ConversationError("a tool call id must be a non-empty string", f"{call_param}.id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ConversationError("a tool call id must be a string", f"{call_param}.id")
         if call.get("type", "function") != "function":
             raise ConversationError("a tool call's type must be 'function'", f"{call_param}.type")
-        if call_id is not None and any(earlier.id == call_id for earlier in calls):
+        if call_id in ids:  # their results could not be told apart
             raise ConversationError(f"two tool calls share the id '{call_id[:64]}'", f"{call_param}.id")
+        if call_id:
+            ids.add(call_id)
         calls.append(
             FunctionCall(
                 id=call_id or new_call_id(),

@@ -19,9 +19,10 @@ from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 from .chunks import DONE, ChunkEncoder
 from .errors import APIError, as_api_error
 from .settings import ServiceOptions
-from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
+from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice, ResponseFormat
 from .sse import EventStreamResponse, wait_for_disconnect
 from .validation import LARGE_BODY_BYTES, load_body
+
 
 async def parse_request(raw: bytes, options: ServiceOptions) -> tuple[ChatCompletionRequest, dict[str, Any]]:
     """The validated request, and the body as parsed (tool schemas are passed on from it, untouched).
@@ -82,9 +83,7 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
     for name in ANSWER_MODEL_FIELDS:
         value = getattr(request, name)
         if value is not None:
-            create_args[name] = value
-    if request.response_format is not None:
-        create_args["response_format"] = request.response_format.as_sent()
+            create_args[name] = value.as_sent() if isinstance(value, ResponseFormat) else value
     has_tools = bool(tools or service_tool_names)
     if has_tools and request.parallel_tool_calls is not None:
         create_args["parallel_tool_calls"] = request.parallel_tool_calls
