@@ -118,28 +118,49 @@ def _user_content(content: Any, param: str) -> str | list[str | Image]:
     return parts
 
 
-def _arguments(value: Any) -> str:
+def _arguments(value: Any, param: str) -> str:
     if value is None:
         return "{}"
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):  # lenient: some clients send the object itself
+        return json.dumps(value, ensure_ascii=False)
+    raise ConversationError("arguments must be a JSON string", param)
 
 
 def _calls(message: Mapping[str, Any], param: str) -> list[FunctionCall]:
     calls: list[FunctionCall] = []
-    for i, call in enumerate(message.get("tool_calls") or []):
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise ConversationError("tool_calls must be a list", f"{param}.tool_calls")
+    ids: set[str] = set()
+    for i, call in enumerate(tool_calls or []):
+        call_param = f"{param}.tool_calls[{i}]"
         function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise ConversationError("a tool call needs function.name", f"{param}.tool_calls[{i}]")
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise ConversationError("a tool call needs function.name", call_param)
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ConversationError("a tool call id must be a string", f"{call_param}.id")
+        if call.get("type", "function") != "function":
+            raise ConversationError("a tool call's type must be 'function'", f"{call_param}.type")
+        if call_id in ids:  # their results could not be told apart
+            raise ConversationError(f"two tool calls share the id '{call_id[:64]}'", f"{call_param}.id")
+        if call_id:
+            ids.add(call_id)
         calls.append(
             FunctionCall(
-                id=str(call.get("id") or new_call_id()),
+                id=call_id or new_call_id(),
                 name=model_safe_name(function["name"]),
-                arguments=_arguments(function.get("arguments")),
+                arguments=_arguments(function.get("arguments"), f"{call_param}.function.arguments"),
             )
         )
     legacy = message.get("function_call")
-    if isinstance(legacy, Mapping) and isinstance(legacy.get("name"), str):
-        calls.append(FunctionCall(id=new_call_id(), name=model_safe_name(legacy["name"]), arguments=_arguments(legacy.get("arguments"))))
+    if legacy is not None:
+        if not isinstance(legacy, Mapping) or not isinstance(legacy.get("name"), str) or not legacy["name"]:
+            raise ConversationError("a function_call needs a name", f"{param}.function_call")
+        arguments = _arguments(legacy.get("arguments"), f"{param}.function_call.arguments")
+        calls.append(FunctionCall(id=new_call_id(), name=model_safe_name(legacy["name"]), arguments=arguments))
     return calls
 
 

@@ -7,9 +7,20 @@ pass (with error paths like ``messages[2].content``).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+INT64_MAX = 2**63 - 1
+"""OpenAI's integer fields are int64: a larger number is refused here, not by the answer model."""
+
+
+def _null_is_false(value: Any) -> Any:
+    return False if value is None else value
+
+
+NullableBool = Annotated[bool, BeforeValidator(_null_is_false)]
+"""A flag OpenAI lets clients send as ``null``, meaning false (``"stream": null``)."""
 
 
 class _Lenient(BaseModel):
@@ -21,6 +32,21 @@ class FunctionDefinition(_Lenient):
     description: Optional[str] = None
     parameters: Optional[dict[str, Any]] = None
     strict: Optional[bool] = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, parameters: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        """A function's arguments are one JSON object: its schema may not say otherwise."""
+        if parameters is None:
+            return None
+        if "type" in parameters and parameters["type"] != "object":
+            raise ValueError("must be a JSON Schema of type 'object'")
+        if not isinstance(parameters.get("properties", {}), dict):
+            raise ValueError("properties must be an object")
+        required = parameters.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+            raise ValueError("required must be a list of property names")
+        return parameters
 
 
 class ToolDefinition(_Lenient):
@@ -38,7 +64,38 @@ class NamedToolChoice(_Lenient):
 
 
 class StreamOptions(_Lenient):
-    include_usage: bool = False
+    include_usage: NullableBool = False
+
+
+class JSONSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: Optional[str] = None
+    schema_: Optional[dict[str, Any]] = Field(None, alias="schema")
+    strict: Optional[bool] = None
+
+
+class ResponseFormat(BaseModel):
+    """Checked here; :meth:`as_sent` gives the answer model what the client sent (extra keys kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: Optional[JSONSchemaFormat] = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> "ResponseFormat":
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a json_schema object")
+        return self
+
+    def as_sent(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
+TokenId = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,10}$")]
+Bias = Annotated[float, Field(ge=-100, le=100)]
 
 
 # Request fields passed to the answer model as they came.
@@ -58,9 +115,9 @@ ANSWER_MODEL_FIELDS = (
 
 
 class ChatCompletionRequest(_Lenient):
-    model: str
+    model: str = Field(max_length=256)
     messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: bool = False
+    stream: NullableBool = False
     stream_options: Optional[StreamOptions] = None
     tools: Optional[list[ToolDefinition]] = None
     tool_choice: Optional[Union[Literal["none", "auto", "required"], NamedToolChoice]] = None
@@ -70,15 +127,15 @@ class ChatCompletionRequest(_Lenient):
     n: Optional[int] = Field(None, ge=1, le=1, description="Only one choice is produced.")
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, ge=0, le=1)
-    max_tokens: Optional[int] = Field(None, ge=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    stop: Optional[Union[str, list[str]]] = None
+    max_tokens: Optional[int] = Field(None, ge=1, le=INT64_MAX)
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=INT64_MAX)
+    stop: Optional[Union[str, Annotated[list[str], Field(max_length=4)]]] = None
     presence_penalty: Optional[float] = Field(None, ge=-2, le=2)
     frequency_penalty: Optional[float] = Field(None, ge=-2, le=2)
-    seed: Optional[int] = None
-    response_format: Optional[dict[str, Any]] = None
+    seed: Optional[int] = Field(None, ge=-INT64_MAX - 1, le=INT64_MAX)
+    response_format: Optional[ResponseFormat] = None
     user: Optional[str] = None
-    logit_bias: Optional[dict[str, float]] = None
+    logit_bias: Optional[dict[TokenId, Bias]] = None
 
     @property
     def legacy_functions(self) -> bool:

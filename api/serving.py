@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from typing import Any, AsyncIterator, Mapping
@@ -21,23 +20,52 @@ from .chunks import DONE, ChunkEncoder
 from .errors import APIError, as_api_error
 from .limits import RETRY_AFTER_SECONDS, ClientGone, RequestGate, is_json, read_body, shutting_down
 from .settings import ServiceOptions
-from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
+from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice, ResponseFormat
 from .sse import EventStreamResponse, wait_for_disconnect
+from .validation import LARGE_BODY_BYTES, load_body
 
-def parse_request(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
-    """The validated request, and the body as parsed (tool schemas are passed on from it, untouched)."""
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "the body must be a JSON object", code="invalid_json")
+
+async def parse_request(raw: bytes, options: ServiceOptions) -> tuple[ChatCompletionRequest, dict[str, Any]]:
+    """The validated request, and the body as parsed (tool schemas are passed on from it, untouched).
+    Everything that can be refused without a model is refused here, with a 400 naming the param."""
+    if len(raw) > LARGE_BODY_BYTES:  # parsed in a worker thread: the event loop goes on serving others
+        return await asyncio.to_thread(_parse_request, raw, options)
+    return _parse_request(raw, options)
+
+
+def _parse_request(raw: bytes, options: ServiceOptions) -> tuple[ChatCompletionRequest, dict[str, Any]]:
+    body = load_body(raw)
+    # Counted before the models are built: a body of 200,000 messages is refused, not converted.
+    for name, limit in (("messages", options.max_messages), ("tools", options.max_tools), ("functions", options.max_tools)):
+        items = body.get(name)
+        if isinstance(items, list) and len(items) > limit:
+            raise APIError(400, f"{name}: at most {limit} are allowed, got {len(items)}", param=name, code="too_many_items")
     try:
         return ChatCompletionRequest.model_validate(body), body
     except ValidationError as exc:
-        error = exc.errors()[0]
-        param = ".".join(str(part) for part in error["loc"]) or None
-        raise APIError(400, f"{param}: {error['msg']}" if param else error["msg"], param=param, code="invalid_request") from None
+        errors = exc.errors(include_url=False, include_input=False)
+        param = _param_of(errors[0], body)
+        # A union (``stop``: a string or a list) reports one error per alternative: say them all.
+        reasons = list(dict.fromkeys(e["msg"] for e in errors if _param_of(e, body) == param))
+        message = " or ".join(reasons)
+        raise APIError(400, f"{param}: {message}" if param else message, param=param, code="invalid_request") from None
+
+
+def _param_of(error: Any, body: Any) -> str | None:
+    """The error's place in the body (``tools.0.function.name``), without the names pydantic adds
+    for the alternatives of a union (``stop.list[str]``), which are not in the body."""
+    parts: list[str] = []
+    value = body
+    loc = error["loc"]
+    for index, part in enumerate(loc):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        elif not (error["type"] == "missing" and index == len(loc) - 1):
+            continue
+        parts.append(str(part))
+    return ".".join(parts)[:200] or None
 
 
 def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> list[ProxyTool]:
@@ -56,23 +84,27 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
     for name in ANSWER_MODEL_FIELDS:
         value = getattr(request, name)
         if value is not None:
-            create_args[name] = value
+            create_args[name] = value.as_sent() if isinstance(value, ResponseFormat) else value
     has_tools = bool(tools or service_tool_names)
     if has_tools and request.parallel_tool_calls is not None:
         create_args["parallel_tool_calls"] = request.parallel_tool_calls
     if has_tools and request.legacy_functions:
         create_args["parallel_tool_calls"] = False
 
-    choice = request.tool_choice if request.tools is not None else request.function_call
+    # Legacy clients send functions and function_call; a client without tools may send either choice.
+    legacy = request.tools is None and (request.functions is not None or request.tool_choice is None)
+    choice = request.function_call if legacy else request.tool_choice
+    param = "function_call" if legacy else "tool_choice"
     tool_choice = "auto"
-    param = "tool_choice" if request.tools is not None else "function_call"
     if isinstance(choice, str):
+        if choice == "required" and not has_tools:
+            raise APIError(400, f"{param} is 'required', but the request has no tools", param=param)
         tool_choice = choice
     elif isinstance(choice, (NamedToolChoice, NamedFunction)):
         name = choice.function.name if isinstance(choice, NamedToolChoice) else choice.name
         alias = model_safe_name(name)
         if alias not in {t.name for t in tools} | service_tool_names:
-            raise APIError(400, f"{param} names '{name}', which is not among the tools", param=param)
+            raise APIError(400, f"{param} names '{name[:100]}', which is not among the tools", param=param)
         tool_choice = alias
     return AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=request.legacy_functions)
 
@@ -214,7 +246,7 @@ class ChatCompletionsService:
                 return exc.response()
             except ClientGone:
                 return Response(status_code=499)
-            chat, body = parse_request(raw)
+            chat, body = await parse_request(raw, self.options)
             duet = self.pipelines.get(chat.model)
             if duet is None:
                 raise APIError(
