@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 _END_KINDS = ("done", "error")
 
 
+SETTLE_TIMEOUT = 5.0
+"""Seconds the handlers of a cancelled or failed run get to end before they are cancelled."""
+
+
 class _EventChannel:
     """Events from the agents to the caller. Collects what arrives while the caller is busy, so
     a burst is handed over (and written to the client) as one batch."""
@@ -72,6 +76,11 @@ class _EventChannel:
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _stop_if_cancelled(token: CancellationToken) -> None:
+    if token.is_cancelled():
+        raise asyncio.CancelledError()
 
 
 class DuetStream:
@@ -383,6 +392,7 @@ class Duet:
         slot: TeamSlot | None = None
         clean = False
         try:
+            _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
             conversation, earlier_reasoning = await self._restore(conversation)
             # Built from values already validated: model_construct skips re-validating the conversation.
             task: list[BaseChatMessage] = [
@@ -392,6 +402,7 @@ class Duet:
             ]
             if earlier_reasoning:  # the reasoning this tool round was started with
                 task.append(TextMessage(source="reasoner", content=earlier_reasoning, metadata=REASONING_METADATA))
+            _stop_if_cancelled(token)
             slot = self._pool.acquire()
             if slot.runtime is not None:
                 slot.runtime.start()
@@ -417,6 +428,8 @@ class Duet:
             run.emit(Failed(message=str(exc), error=exc))
         finally:
             if slot is not None:
+                if not clean:
+                    token.cancel()  # whatever of the run still goes on stops at its next await
                 await self._settle(slot, clean)
 
     def _key(self, call_id: str) -> str:
@@ -463,6 +476,8 @@ class Duet:
             else:
                 if self._pool.release(slot):
                     return
+        elif isinstance(slot.runtime, LeanAgentRuntime):
+            await slot.runtime.stop_after_handlers(SETTLE_TIMEOUT)
         elif slot.runtime is not None:
             # The runtime re-raises the failure the run already reported; nothing new to log.
             with contextlib.suppress(BaseException):

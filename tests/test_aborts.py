@@ -1,0 +1,142 @@
+"""Clients that hang up at any point of a request: the service logs nothing alarming, and a request
+whose client left before its run started never calls a model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import struct
+import time
+from typing import Any
+
+import httpx
+from autogen_core import CancellationToken
+
+from agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings
+from agents.duet import TeamSlot
+from agents.model_client import ANSWER_MODEL_INFO
+from agents.runtime import LeanAgentRuntime
+from agents.settings import REASONER_MODEL_INFO
+from agents.team import build_team
+from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
+from tests.scripted_upstream import Reply, ScriptedUpstream
+from tests.test_cancellation import wait_for
+
+ABORTS = 300
+AT_ONCE = 20
+
+
+def _paced(body: dict[str, Any]) -> Reply:
+    """Every stage takes ~0.2 s, in 10 pieces: a hang-up at a random moment lands anywhere in a run."""
+    if body.get("model") == REASONER:
+        return Reply(reasoning=[f"step {i} " for i in range(10)], delay_between=0.02)
+    return Reply(content=[f"word{i} " for i in range(10)], delay_between=0.02)
+
+
+def _request(stream: bool) -> bytes:
+    body = json.dumps({"model": "duet", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _hang_up(port: int, rng: random.Random) -> None:
+    """One request, abandoned at a random moment: before the body is complete, right after it, or
+    while (or before) the answer streams; half close politely (FIN), half reset the connection."""
+    stream = rng.random() < 0.6
+    request = _request(stream)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        moment = rng.random()
+        if moment < 0.1:
+            writer.write(request[: rng.randrange(1, len(request))])  # mid-request
+            await writer.drain()
+        else:
+            writer.write(request)
+            await writer.drain()
+            if moment < 0.3:
+                pass  # at once, before the run can start
+            elif stream and moment < 0.7:
+                wanted = rng.randrange(1, 3000)  # part of the stream
+                received = 0
+                while received < wanted:
+                    chunk = await asyncio.wait_for(reader.read(4096), 2)
+                    if not chunk:
+                        break
+                    received += len(chunk)
+            else:
+                await asyncio.sleep(rng.uniform(0, 0.6))
+    finally:
+        if rng.random() < 0.5:
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
+        writer.close()
+
+
+def test_hundreds_of_hang_ups_at_random_points_log_no_errors(duet: DuetServer, upstream: ScriptedUpstream) -> None:
+    duet.wait_idle()
+    upstream.set_default(_paced)
+    log_start = duet.log.stat().st_size
+    rng = random.Random(7)
+
+    async def main() -> None:
+        limit = asyncio.Semaphore(AT_ONCE)
+
+        async def one(seed: int) -> None:
+            async with limit:
+                await _hang_up(duet.port, random.Random(seed))
+
+        await asyncio.gather(*(one(rng.randrange(1 << 30)) for _ in range(ABORTS)))
+
+    asyncio.run(main())
+    assert wait_for(lambda: all(r.ended.is_set() for r in upstream.requests), 10)
+    assert duet.wait_idle(10)["in_flight"] == 0
+    # A finished request afterwards: the server is healthy, and anything left to log has been logged.
+    upstream.set_default(lambda body: _paced(body) if body.get("model") == REASONER else Reply(content=["fine"]))
+    reply = httpx.post(f"{duet.base_url}/v1/chat/completions", json={"model": "duet", "messages": [{"role": "user", "content": "hi"}]},
+                       headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    time.sleep(0.5)
+    with duet.log.open() as log:
+        log.seek(log_start)
+        new = log.read()
+    assert " ERROR " not in new, new[-5000:]
+    assert "Task exception was never retrieved" not in new, new[-5000:]
+    assert "Traceback" not in new, new[-5000:]
+    assert len(upstream.requests) > ABORTS / 3  # most hang-ups did land inside a run
+
+
+def test_a_run_whose_client_already_left_leases_no_team_and_calls_no_model(upstream: ScriptedUpstream) -> None:
+    """The HTTP edge cancels a request's token as soon as its client hangs up; a run that has not
+    started yet then builds nothing and runs nothing."""
+    settings = PipelineSettings(
+        reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
+        answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER),
+    )
+    answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
+    reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO)  # type: ignore[union-attr]
+    leased: list[TeamSlot] = []
+
+    def team_factory() -> TeamSlot:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        leased.append(TeamSlot(build_team(settings, answer_client, reasoner_client, runtime=runtime), runtime))
+        return leased[-1]
+
+    async def main() -> list[Any]:
+        duet = Duet(team_factory, team_builder=lambda: build_team(settings, answer_client, reasoner_client),
+                    model_clients=[answer_client, reasoner_client])
+        async with duet:
+            token = CancellationToken()
+            token.cancel()  # the client hung up before the run started
+            events = [event async for event in duet.stream([{"role": "user", "content": "hi"}], cancellation_token=token)]
+            # The same pipeline still serves a client that stays.
+            assert (await duet.run([{"role": "user", "content": "hi"}])).content.startswith("echo")
+            return events
+
+    events = asyncio.run(main())
+    assert len(events) == 1 and isinstance(events[0], Failed)
+    assert len(leased) == 1  # only the run that went ahead leased a team
+    assert [r.model for r in upstream.requests] == [REASONER, ANSWER]
