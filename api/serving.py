@@ -215,7 +215,7 @@ class ChatCompletionsService:
             adapter = StreamAdapter(ChunkEncoder(completion_id, int(time.time()), chat.model), duet.reasoning_output,
                                     chat.legacy_functions, chat.include_usage)
             source = _EventSource(self, run, adapter, first_wait=self.ping_interval)
-            return EventStreamResponse(source, ping_interval=self.ping_interval)
+            return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout)
         return await self._collected(chat, duet, _EventSource(self, run), completion_id, request, token)
 
     async def _collected(

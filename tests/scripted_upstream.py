@@ -72,6 +72,14 @@ class RecordedRequest:
     finished_at: float | None = None
     aborted: bool = False  # the client hung up before the answer ended
     ended: threading.Event = field(default_factory=threading.Event)
+    bytes_written: int = 0  # of the streamed body, handed to the socket so far
+    stalled_since: float | None = None  # a write has waited since then for the client to take it (monotonic)
+    longest_stall: float = 0.0  # the longest such wait, in seconds, once it ended
+
+    def stalled_for(self) -> float:
+        """How long the write now waiting for the client has waited (0 when none waits)."""
+        since = self.stalled_since
+        return time.monotonic() - since if since is not None else 0.0
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -244,9 +252,12 @@ class ScriptedUpstream:
                 writer.write(self._head(200, "application/json", len(payload)) + payload)
                 await writer.drain()
                 return True
-            completed = await self._stream(body, reply, reader, writer)
+            completed = await self._stream(body, reply, reader, writer, record)
             record.aborted = not completed
             return completed
+        except ConnectionError:  # the client dropped the connection while a write waited for it
+            record.aborted = True
+            raise
         finally:
             record.finished_at = time.monotonic()
             record.ended.set()
@@ -303,15 +314,24 @@ class ScriptedUpstream:
             events.append({**base, "choices": [], "usage": self._usage(body, reply)})
         return events
 
-    async def _stream(self, body: dict[str, Any], reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """Streams the reply; returns False when the client hung up first (or a fault ended it)."""
+    async def _stream(
+        self, body: dict[str, Any], reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: RecordedRequest
+    ) -> bool:
+        """Streams the reply; returns False when the client hung up first (or a fault ended it).
+        Notes in ``record`` how much it wrote, and how long writes waited for the client to read."""
         writer.write(self._head(200, "text/event-stream"))
         end = b"\r\n\r\n" if reply.crlf else b"\n\n"
         for sent, event in enumerate(self._events(body, reply)):
             if reply.fault is not None and sent == reply.fault_after:
                 return await self._fault(reply, reader, writer)
-            _write_chunk(writer, b"data: " + json.dumps(event).encode() + end)
-            await writer.drain()
+            data = b"data: " + json.dumps(event).encode() + end
+            _write_chunk(writer, data)
+            record.bytes_written += len(data)
+            if writer.transport.get_write_buffer_size():  # the socket did not take it all: the client is behind
+                record.stalled_since = time.monotonic()
+                await writer.drain()
+                record.longest_stall = max(record.longest_stall, time.monotonic() - record.stalled_since)
+                record.stalled_since = None
             if reply.delay_between and await _closed_within(reader, reply.delay_between):
                 return False
             if _hung_up(reader):
