@@ -56,24 +56,26 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         handlers: set[asyncio.Task[Any]] = set()
-        while True:
-            running = set(self._background_tasks)
-            queued = not self._message_queue.empty() and not self._run_context._run_task.done()
-            handlers |= running
-            left = deadline - loop.time()
-            if not (running or queued) or left <= 0:
-                break
-            if running:
-                await asyncio.wait(running, timeout=left)
-            else:
-                await asyncio.sleep(0)  # a queued message: let the loop pick it up
-        if running:  # handlers still going after ``timeout``: cancel them, and give them a moment to end
-            for task in running:
-                task.cancel()
-            await asyncio.wait(running, timeout=1.0)
-        for task in handlers:  # nobody reads these results; reading them keeps asyncio quiet
-            if task.done() and not task.cancelled():
-                task.exception()
-        # The loop re-raises the failure the run already reported; nothing new to log.
-        with contextlib.suppress(BaseException):
-            await self.stop()
+        try:
+            while True:
+                running = set(self._background_tasks)
+                queued = not self._message_queue.empty() and not self._run_context._run_task.done()
+                handlers |= running
+                left = deadline - loop.time()
+                if not (running or queued) or left <= 0:
+                    break
+                if running:
+                    await asyncio.wait(running, timeout=left)
+                else:
+                    await asyncio.sleep(0)  # a queued message: let the loop pick it up
+            if running:  # handlers still going after ``timeout``: cancel them, and give them a moment to end
+                for task in running:
+                    task.cancel()
+                await asyncio.wait(running, timeout=1.0)
+        finally:
+            for task in handlers:  # nobody reads these results; reading them keeps asyncio quiet
+                if task.done() and not task.cancelled():
+                    task.exception()
+            # The loop re-raises the failure the run already reported; nothing new to log.
+            with contextlib.suppress(BaseException):
+                await self.stop()
