@@ -26,7 +26,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 Fault = Literal["disconnect", "stall", "error_event", "garbage"]
 
@@ -289,15 +289,18 @@ class ScriptedUpstream:
             "usage": self._usage(body, reply),
         }
 
-    def _events(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    def _events(self, body: dict[str, Any], reply: Reply) -> Iterator[dict[str, Any]]:
+        """The reply's chunks, made as they are sent (a long reply is never held whole)."""
         base = {"id": f"chatcmpl-up{next(self._ids)}", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model", "")}
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-        events = [chunk({"role": "assistant", "content": ""})]
-        events += [chunk({reply.reasoning_field: piece}) for piece in reply.reasoning]
-        events += [chunk({"content": piece}) for piece in reply.content]
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in reply.reasoning:
+            yield chunk({reply.reasoning_field: piece})
+        for piece in reply.content:
+            yield chunk({"content": piece})
         fragments: list[list[dict[str, Any]]] = []
         for index, call in enumerate(reply.tool_calls):
             head = {"index": index, "id": call.id or f"call_up{next(self._ids)}", "type": "function", "function": {"name": call.name, "arguments": ""}}
@@ -308,11 +311,11 @@ class ScriptedUpstream:
             ordered = [d for group in itertools.zip_longest(*fragments) for d in group if d is not None]
         else:
             ordered = [d for group in fragments for d in group]
-        events += [chunk({"tool_calls": [d]}) for d in ordered]
-        events.append(chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")))
+        for delta in ordered:
+            yield chunk({"tool_calls": [delta]})
+        yield chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"))
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append({**base, "choices": [], "usage": self._usage(body, reply)})
-        return events
+            yield {**base, "choices": [], "usage": self._usage(body, reply)}
 
     async def _stream(
         self, body: dict[str, Any], reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: RecordedRequest
