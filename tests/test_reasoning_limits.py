@@ -32,6 +32,8 @@ def bounded_duet(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFa
         "pipelines": [
             {"name": "duet-short", "reasoner": {**reasoner, "max_reasoning_chars": MAX_CHARS}, "answer": answer},
             {"name": "duet-quick", "reasoner": {**reasoner, "max_reasoning_seconds": MAX_SECONDS}, "answer": answer},
+            {"name": "duet-quick-stock", "reasoner": {**reasoner, "client": "openai", "max_reasoning_seconds": MAX_SECONDS},
+             "answer": answer},
         ],
     }))
     server = DuetServer(["--config", str(config)], {"DUET_API_KEYS": API_KEY}, directory / "duet.log")
@@ -80,9 +82,10 @@ def test_non_streamed_reasoning_is_cut_off_the_same_way(bounded_duet: DuetServer
     assert message["content"] == "echo: think"
 
 
-def test_reasoning_is_stopped_at_its_time_limit(bounded_duet: DuetServer, upstream: ScriptedUpstream) -> None:
+@pytest.mark.parametrize("model", ["duet-quick", "duet-quick-stock"])  # Duet's model client, and AutoGen's
+def test_reasoning_is_stopped_at_its_time_limit(bounded_duet: DuetServer, upstream: ScriptedUpstream, model: str) -> None:
     upstream.script(REASONER, STEPS)
-    reasoning, content, took = stream(bounded_duet, "duet-quick")
+    reasoning, content, took = stream(bounded_duet, model)
     assert took < 1.5  # the reasoning alone would take 2 s
     thought, note = reasoning.rsplit("\n\n", 1)
     assert note == f"[reasoning stopped after {MAX_SECONDS:g} s]"
@@ -102,6 +105,8 @@ def test_a_reasoner_that_says_nothing_is_stopped_at_the_time_limit(bounded_duet:
     assert content == "echo: think"
     reasoner_call = upstream.requests_for(REASONER)[0]
     assert reasoner_call.ended.wait(5) and reasoner_call.aborted
+    log = bounded_duet.log.read_text()
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]  # a limit is the service working
 
 
 def test_limits_are_part_of_the_component() -> None:
