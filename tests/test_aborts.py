@@ -9,9 +9,11 @@ import random
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
+import pytest
+import yaml
 from autogen_core import CancellationToken
 
 from agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings
@@ -26,6 +28,21 @@ from tests.test_cancellation import wait_for
 
 ABORTS = 300
 AT_ONCE = 20
+
+
+@pytest.fixture(scope="module")
+def abort_duet(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DuetServer]:
+    """A server of its own: its log holds only these hang-ups, and the upstream connections it pools
+    close with it (the upstream is shared with the other tests)."""
+    directory = tmp_path_factory.mktemp("aborts")
+    config = directory / "duet.yaml"
+    config.write_text(yaml.safe_dump({
+        "pipelines": [{"name": "duet", "reasoner": {"base_url": upstream.base_url, "model": REASONER},
+                       "answer": {"base_url": upstream.base_url, "model": ANSWER}}],
+    }))
+    server = DuetServer(["--config", str(config)], {"DUET_API_KEYS": API_KEY}, directory / "duet.log")
+    yield server
+    server.stop()
 
 
 def _paced(body: dict[str, Any]) -> Reply:
@@ -76,7 +93,8 @@ async def _hang_up(port: int, rng: random.Random) -> None:
         writer.close()
 
 
-def test_hundreds_of_hang_ups_at_random_points_log_no_errors(duet: DuetServer, upstream: ScriptedUpstream) -> None:
+def test_hundreds_of_hang_ups_at_random_points_log_no_errors(abort_duet: DuetServer, upstream: ScriptedUpstream) -> None:
+    duet = abort_duet
     duet.wait_idle()
     upstream.set_default(_paced)
     log_start = duet.log.stat().st_size
