@@ -383,15 +383,15 @@ async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
     return True
 
 
-def _bench_responder(reasoning_tokens: int, answer_tokens: int) -> Responder:
+def _bench_responder(reasoning_tokens: int, answer_tokens: int, delay_between: float = 0.0) -> Responder:
     reasoning = [f"thought{i} " for i in range(reasoning_tokens)]
     content = [f"word{i} " for i in range(answer_tokens)]
 
     def respond(body: dict[str, Any]) -> Reply:
         model = body.get("model", "")
         if "r1" in model or "reason" in model:
-            return Reply(reasoning=reasoning)
-        return Reply(content=content)
+            return Reply(reasoning=reasoning, delay_between=delay_between)
+        return Reply(content=content, delay_between=delay_between)
 
     return respond
 
@@ -402,8 +402,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--reasoning-tokens", type=int, default=40)
     parser.add_argument("--answer-tokens", type=int, default=40)
+    parser.add_argument("--delay-between", type=float, default=0.0, help="seconds between two chunks")
     args = parser.parse_args()
-    upstream = ScriptedUpstream(args.host, args.port, _bench_responder(args.reasoning_tokens, args.answer_tokens)).start()
+    responder = _bench_responder(args.reasoning_tokens, args.answer_tokens, args.delay_between)
+    upstream = ScriptedUpstream(args.host, args.port, responder).start()
     print(f"scripted upstream on {upstream.base_url}", flush=True)
     try:
         threading.Event().wait()

@@ -4,10 +4,6 @@ whose client left before its run started never calls a model."""
 from __future__ import annotations
 
 import asyncio
-import json
-import random
-import socket
-import struct
 import time
 from typing import Any, Iterator
 
@@ -23,6 +19,7 @@ from agents.runtime import LeanAgentRuntime
 from agents.settings import REASONER_MODEL_INFO
 from agents.team import build_team
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
+from tests.hang_ups import hang_ups
 from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.test_cancellation import wait_for
 
@@ -52,64 +49,12 @@ def _paced(body: dict[str, Any]) -> Reply:
     return Reply(content=[f"word{i} " for i in range(10)], delay_between=0.02)
 
 
-def _request(stream: bool) -> bytes:
-    body = json.dumps({"model": "duet", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    return (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
-async def _hang_up(port: int, rng: random.Random) -> None:
-    """One request, abandoned at a random moment: before the body is complete, right after it, or
-    while (or before) the answer streams; half close politely (FIN), half reset the connection."""
-    stream = rng.random() < 0.6
-    request = _request(stream)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        moment = rng.random()
-        if moment < 0.1:
-            writer.write(request[: rng.randrange(1, len(request))])  # mid-request
-            await writer.drain()
-        else:
-            writer.write(request)
-            await writer.drain()
-            if moment < 0.3:
-                pass  # at once, before the run can start
-            elif stream and moment < 0.7:
-                wanted = rng.randrange(1, 3000)  # part of the stream
-                received = 0
-                while received < wanted:
-                    chunk = await asyncio.wait_for(reader.read(4096), 2)
-                    if not chunk:
-                        break
-                    received += len(chunk)
-            else:
-                await asyncio.sleep(rng.uniform(0, 0.6))
-    finally:
-        if rng.random() < 0.5:
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
-        writer.close()
-
-
 def test_hundreds_of_hang_ups_at_random_points_log_no_errors(abort_duet: DuetServer, upstream: ScriptedUpstream) -> None:
     duet = abort_duet
     duet.wait_idle()
     upstream.set_default(_paced)
     log_start = duet.log.stat().st_size
-    rng = random.Random(7)
-
-    async def main() -> None:
-        limit = asyncio.Semaphore(AT_ONCE)
-
-        async def one(seed: int) -> None:
-            async with limit:
-                await _hang_up(duet.port, random.Random(seed))
-
-        await asyncio.gather(*(one(rng.randrange(1 << 30)) for _ in range(ABORTS)))
-
-    asyncio.run(main())
+    asyncio.run(hang_ups(duet.port, ABORTS, AT_ONCE, seed=7, api_key=API_KEY))
     assert wait_for(lambda: all(r.ended.is_set() for r in upstream.requests), 10)
     assert duet.wait_idle(10)["in_flight"] == 0
     # A finished request afterwards: the server is healthy, and anything left to log has been logged.
