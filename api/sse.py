@@ -126,7 +126,7 @@ class EventStreamResponse(Response):
         except asyncio.CancelledError:
             if not self.write_timed_out or asyncio.current_task().uncancel():  # type: ignore[union-attr]
                 raise  # a hang-up, or the server shutting down
-            logger.warning("stopped a stream whose client took nothing for %gs", self._write_timeout)
+            logger.warning("stopped a stream: its client took no data for %gs (write_timeout)", self._write_timeout)
         finally:
             heartbeat.cancel()
 
