@@ -374,7 +374,10 @@ class Duet:
         ``messages`` is an OpenAI ``messages`` list (or AutoGen ``LLMMessage`` objects); ``tools``
         an OpenAI ``tools`` list (or :class:`ProxyTool` objects). The run binds the request
         (event sink, the request's workbench, the answer options) and runs a leased team on its
-        runtime; cancelling ``cancellation_token`` or closing the stream stops it.
+        runtime; cancelling ``cancellation_token`` or closing the stream stops it. The run keeps
+        pace with its reader: once :data:`MAX_BUFFERED_EVENTS` events wait unread, the agents stop
+        reading their models' streams until the reader catches up (or closes the stream). A token
+        cancelled before the run starts ends it at once with ``Failed``, before any model is called.
         """
         if messages and isinstance(messages[0], Mapping):
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
