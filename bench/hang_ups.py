@@ -63,7 +63,7 @@ def main() -> None:
                 process.wait(10)
         log.seek(0)
         lines = log.read().splitlines()
-    errors = [line for line in lines if " ERROR " in line]
+    errors = [line for line in lines if " ERROR " in line or line.startswith("ERROR:")]  # Duet's format, uvicorn's
     print(f"{args.requests} hang-ups ({args.at_once} at a time) in {took:.1f} s; in flight afterwards: {left}")
     print(f"  ERROR lines                           {len(errors)}")
     print(f"  'Task exception was never retrieved'  {sum('Task exception was never retrieved' in line for line in lines)}")
@@ -71,7 +71,7 @@ def main() -> None:
     print(f"  tracebacks                            {sum(line.startswith('Traceback') for line in lines)}")
     kinds: dict[str, int] = {}
     for line in errors:
-        kind = line.split(" ERROR ", 1)[1][:80]
+        kind = (line.split(" ERROR ", 1)[1] if " ERROR " in line else "uvicorn: " + line[6:].strip())[:80]
         kinds[kind] = kinds.get(kind, 0) + 1
     for kind, count in sorted(kinds.items(), key=lambda item: -item[1]):
         print(f"    {count:>5}  {kind}")

@@ -5,8 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import socket
 import struct
+
+_ERROR_LINE = re.compile(r"^(ERROR:|\S+ \S+ ERROR )|Task exception was never retrieved|^Traceback", re.M)
+
+
+def alarming_lines(log: str) -> list[str]:
+    """The lines of a server log that would page someone: ERROR records in Duet's format
+    (``<date> <time> ERROR name: ...``) or uvicorn's (``ERROR:    ...``), asyncio's "Task exception
+    was never retrieved", and tracebacks. A hang-up must produce none."""
+    return [match.string[match.start() : match.string.find("\n", match.start())] for match in _ERROR_LINE.finditer(log)]
 
 
 def chat_request(stream: bool, api_key: str = "", model: str = "duet") -> bytes:

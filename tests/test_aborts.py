@@ -19,7 +19,7 @@ from agents.runtime import LeanAgentRuntime
 from agents.settings import REASONER_MODEL_INFO
 from agents.team import build_team
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
-from tests.hang_ups import hang_ups
+from tests.hang_ups import alarming_lines, hang_ups
 from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.test_cancellation import wait_for
 
@@ -66,9 +66,7 @@ def test_hundreds_of_hang_ups_at_random_points_log_no_errors(abort_duet: DuetSer
     with duet.log.open() as log:
         log.seek(log_start)
         new = log.read()
-    assert " ERROR " not in new, new[-5000:]
-    assert "Task exception was never retrieved" not in new, new[-5000:]
-    assert "Traceback" not in new, new[-5000:]
+    assert alarming_lines(new) == [], new[-5000:]
     assert len(upstream.requests) > ABORTS / 3  # most hang-ups did land inside a run
 
 
