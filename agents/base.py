@@ -166,7 +166,8 @@ class DuetAgent(BaseChatAgent):
                 if isinstance(item, Response):
                     yield item
                 elif run is not None:
-                    run.emit(item)
+                    if not run.emit(item):  # the reader is behind: read no further from the model until it catches up
+                        await run.room()
                 else:
                     event = as_agentchat_event(item, self.name)
                     if event is not None:

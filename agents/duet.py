@@ -38,20 +38,52 @@ logger = logging.getLogger(__name__)
 _END_KINDS = ("done", "error")
 
 
+MAX_BUFFERED_EVENTS = 128
+"""Events a run may get ahead of its reader before its agents wait for the reader (backpressure)."""
+
+SETTLE_TIMEOUT = 5.0
+"""Seconds the handlers of a cancelled or failed run get to end before they are cancelled."""
+
+
 class _EventChannel:
     """Events from the agents to the caller. Collects what arrives while the caller is busy, so
-    a burst is handed over (and written to the client) as one batch."""
+    a burst is handed over (and written to the client) as one batch.
 
-    __slots__ = ("_events", "_waiter")
+    Bounded: once ``capacity`` events wait, :meth:`emit` returns False and the agent awaits
+    :meth:`room`, which returns when the caller has taken them (or the run is ending). A client
+    that stops reading thus stops the agents, which stop reading their model's stream, whose
+    server then stops writing: nothing piles up in between. While there is room, an event costs
+    one append and no task or future."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed")
+
+    def __init__(self, capacity: int = MAX_BUFFERED_EVENTS) -> None:
         self._events: list[DuetEvent] = []
         self._waiter: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
+        self._capacity = capacity
+        self._closed = False
 
-    def emit(self, event: DuetEvent) -> None:
-        self._events.append(event)
+    def emit(self, event: DuetEvent) -> bool:
+        """Queues ``event``; False when the caller is ``capacity`` events behind (await :meth:`room`)."""
+        events = self._events
+        events.append(event)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        return len(events) < self._capacity
+
+    async def room(self) -> None:
+        """Waits until the caller has taken the queued events, or the run is ending (:meth:`close`)."""
+        while len(self._events) >= self._capacity and not self._closed:
+            if self._room is None or self._room.done():
+                self._room = asyncio.get_running_loop().create_future()
+            await self._room
+
+    def close(self) -> None:
+        """The run is ending (cancelled, or its reader is gone): agents no longer wait for room."""
+        self._closed = True
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
 
     async def drain(self, timeout: float | None = None) -> list[DuetEvent]:
         """Everything emitted since the last call; waits for at least one event, or ``timeout``
@@ -66,12 +98,19 @@ class _EventChannel:
                 if timer is not None:
                     timer.cancel()
         events, self._events = self._events, []
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
         return events
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _stop_if_cancelled(token: CancellationToken) -> None:
+    if token.is_cancelled():
+        raise asyncio.CancelledError()
 
 
 class DuetStream:
@@ -340,7 +379,10 @@ class Duet:
         ``messages`` is an OpenAI ``messages`` list (or AutoGen ``LLMMessage`` objects); ``tools``
         an OpenAI ``tools`` list (or :class:`ProxyTool` objects). The run binds the request
         (event sink, the request's workbench, the answer options) and runs a leased team on its
-        runtime; cancelling ``cancellation_token`` or closing the stream stops it.
+        runtime; cancelling ``cancellation_token`` or closing the stream stops it. The run keeps
+        pace with its reader: once :data:`MAX_BUFFERED_EVENTS` events wait unread, the agents stop
+        reading their models' streams until the reader catches up (or closes the stream). A token
+        cancelled before the run starts ends it at once with ``Failed``, before any model is called.
         """
         if messages and isinstance(messages[0], Mapping):
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
@@ -353,6 +395,7 @@ class Duet:
         channel = _EventChannel()
         run = DuetRun(
             emit=channel.emit,
+            room=channel.room,
             workbench=DuetWorkbench.for_request(self.services.tools, client_tools),
             options=options or AnswerOptions(),
             request_id=request_id or uuid.uuid4().hex,
@@ -360,6 +403,7 @@ class Duet:
             pipeline=self.name,
         )
         token = cancellation_token or CancellationToken()
+        token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
         return DuetStream(channel, asyncio.create_task(self._drive(conversation, run, token)), token)
 
     async def stream(
@@ -388,6 +432,7 @@ class Duet:
         slot: TeamSlot | None = None
         clean = False
         try:
+            _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
             conversation, earlier_reasoning = await self._restore(conversation)
             # Built from values already validated: model_construct skips re-validating the conversation.
             task: list[BaseChatMessage] = [
@@ -397,6 +442,7 @@ class Duet:
             ]
             if earlier_reasoning:  # the reasoning this tool round was started with
                 task.append(TextMessage(source="reasoner", content=earlier_reasoning, metadata=REASONING_METADATA))
+            _stop_if_cancelled(token)
             slot = self._pool.acquire()
             if slot.runtime is not None:
                 slot.runtime.start()
@@ -422,6 +468,8 @@ class Duet:
             run.emit(Failed(message=str(exc), error=exc))
         finally:
             if slot is not None:
+                if not clean:
+                    token.cancel()  # whatever of the run still goes on stops at its next await
                 await self._settle(slot, clean)
 
     def _key(self, call_id: str) -> str:
@@ -476,6 +524,8 @@ class Duet:
             else:
                 if self._pool.release(slot):
                     return
+        elif isinstance(slot.runtime, LeanAgentRuntime):
+            await slot.runtime.stop_after_handlers(SETTLE_TIMEOUT)
         elif slot.runtime is not None:
             # The runtime re-raises the failure the run already reported; nothing new to log.
             with contextlib.suppress(BaseException):

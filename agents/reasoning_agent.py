@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, AsyncGenerator, Sequence
 
@@ -10,6 +11,7 @@ from autogen_agentchat.messages import BaseChatMessage, TextMessage
 from autogen_core import CancellationToken, Component
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, RequestUsage, SystemMessage
 from autogen_core.tools import BaseTool, ToolSchema, Workbench
+from pydantic import Field
 from typing_extensions import Self
 
 from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_tokens, read_messages, agent_arguments
@@ -42,9 +44,22 @@ def describe_tools(tools: Sequence[ToolSchema]) -> str:
     return "\n".join(lines)
 
 
+DEFAULT_MAX_REASONING_CHARS = 40_000
+"""About 10k tokens: more than reasoning models spend on all but the hardest questions, and the
+reasoning is pasted into the answer model's prompt, which must still fit a 16k-32k context window."""
+
+DEFAULT_MAX_REASONING_SECONDS = 300.0
+"""Five minutes of thinking before the answer starts is the most a person waiting should get."""
+
+
 class ReasoningAgentConfig(DuetAgentConfig):
     reason_on_tool_results: bool = False
     stop_after_thinking: bool = True
+    # 0 means no limit (a dumped component drops None values, which would bring the defaults back).
+    max_reasoning_chars: int = Field(DEFAULT_MAX_REASONING_CHARS, ge=0, description="Longest reasoning, in characters; 0: no limit.")
+    max_reasoning_seconds: float = Field(
+        DEFAULT_MAX_REASONING_SECONDS, ge=0, description="Longest reasoning call, in seconds; 0: no limit."
+    )
 
 
 class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
@@ -61,6 +76,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         stop_after_thinking: for models that separate thinking from answering (``reasoning_content``
             or ``<think>`` tags), close the call once the thinking ends instead of waiting for a
             draft answer nobody reads. The usage of such a call is then estimated.
+        max_reasoning_chars, max_reasoning_seconds: when the reasoning reaches this length, or the
+            call has run this long, the call is closed, a short note ends the reasoning stream, and
+            the answer agent goes on with the reasoning so far (0: no limit).
 
     Example::
 
@@ -81,12 +99,16 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         tools: Sequence[BaseTool[Any, Any]] | None = None,
         reason_on_tool_results: bool = False,
         stop_after_thinking: bool = True,
+        max_reasoning_chars: int = DEFAULT_MAX_REASONING_CHARS,
+        max_reasoning_seconds: float = DEFAULT_MAX_REASONING_SECONDS,
     ) -> None:
         super().__init__(
             name, description, model_client, system_message=system_message, workbench=workbench, tools=tools
         )
         self._reason_on_tool_results = reason_on_tool_results
         self._stop_after_thinking = stop_after_thinking
+        self._max_reasoning_chars = max_reasoning_chars
+        self._max_reasoning_seconds = max_reasoning_seconds
 
     def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema]) -> list[LLMMessage]:
         transcript = as_transcript(conversation)
@@ -108,11 +130,23 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         tools = await workbench.list_tools() if workbench is not None else []
         prompt = self._prompt(conversation, tools)
 
+        if cancellation_token.is_cancelled():  # the client already left: start no model call
+            raise asyncio.CancelledError()
+
+        max_chars = self._max_reasoning_chars or None
+        call_token, timer = cancellation_token, None
+        if self._max_reasoning_seconds:
+            # The call gets a token of its own, cancelled by the request's or when the time is up.
+            call_token = CancellationToken()
+            cancellation_token.add_callback(call_token.cancel)
+            timer = asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
         splitter = ThinkTagSplitter()
         parts: list[str] = []
+        size = 0
         result: CreateResult | None = None
         stopped = False
-        stream = self._model_client.create_stream(prompt, cancellation_token=cancellation_token)
+        limit_note = ""
+        stream = self._model_client.create_stream(prompt, cancellation_token=call_token)
         try:
             async for piece in stream:
                 if isinstance(piece, CreateResult):
@@ -124,16 +158,34 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                     stopped = True
                 text = reasoning + content
                 if text:
+                    size += len(text)
+                    if max_chars is not None and size >= max_chars:
+                        text = text[: len(text) - (size - max_chars)]
+                        limit_note = f"[reasoning cut off at {max_chars} characters]"
+                        stopped = True
+                if text:
                     parts.append(text)
                     yield ReasoningDelta(text=text, source=self.name)
                 if stopped:
                     break
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if cancellation_token.is_cancelled() or not call_token.is_cancelled() or (current and current.cancelling()):
+                raise  # the request was cancelled: not a limit
+            limit_note = f"[reasoning stopped after {self._max_reasoning_seconds:g} s]"
         finally:
+            if timer is not None:
+                timer.cancel()
             await stream.aclose()
-        reasoning, content = splitter.flush()
-        if reasoning or content:
-            parts.append(reasoning + content)
-            yield ReasoningDelta(text=reasoning + content, source=self.name)
+        if limit_note:  # the client sees why the reasoning ends here; the answer agent goes on with it
+            limit_note = ("\n\n" if parts else "") + limit_note
+            parts.append(limit_note)
+            yield ReasoningDelta(text=limit_note, source=self.name)
+        else:
+            reasoning, content = splitter.flush()
+            if reasoning or content:
+                parts.append(reasoning + content)
+                yield ReasoningDelta(text=reasoning + content, source=self.name)
 
         if result is not None:
             usage = result.usage
@@ -151,6 +203,8 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             **self._base_config(),
             reason_on_tool_results=self._reason_on_tool_results,
             stop_after_thinking=self._stop_after_thinking,
+            max_reasoning_chars=self._max_reasoning_chars,
+            max_reasoning_seconds=self._max_reasoning_seconds,
         )
 
     @classmethod
@@ -160,4 +214,6 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             **agent_arguments(config),
             reason_on_tool_results=config.reason_on_tool_results,
             stop_after_thinking=config.stop_after_thinking,
+            max_reasoning_chars=config.max_reasoning_chars,
+            max_reasoning_seconds=config.max_reasoning_seconds,
         )

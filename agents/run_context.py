@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Awaitable, Callable, Literal
 
 from pydantic import BaseModel, Field
 
@@ -34,12 +34,23 @@ class AnswerOptions(BaseModel):
     single_tool_call: bool = Field(False, description="Return at most one tool call (legacy 'functions' clients).")
 
 
+async def _never_full() -> None:
+    return None
+
+
 @dataclass(slots=True, eq=False)
 class DuetRun:
-    """One request's binding. ``emit`` must not block: it is called for every delta."""
+    """One request's binding.
 
-    emit: Callable[[DuetEvent], None]
+    ``emit`` never blocks (it is called for every delta): it hands the event on and returns False
+    once the reader has fallen a bounded number of events behind. An agent that gets False awaits
+    ``room()`` before it reads on from its model, so a client that stops reading stops the model
+    calls' reads too (backpressure), and the events waiting for a reader stay bounded.
+    """
+
+    emit: Callable[[DuetEvent], bool]
     workbench: DuetWorkbench
+    room: Callable[[], Awaitable[None]] = _never_full
     options: AnswerOptions = field(default_factory=AnswerOptions)
     request_id: str = ""
     user: str | None = None

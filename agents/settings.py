@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbenches import ToolsSettings
 
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
+from .reasoning_agent import DEFAULT_MAX_REASONING_CHARS, DEFAULT_MAX_REASONING_SECONDS
 
 REASONER_MODEL_INFO: ModelInfo = {
     "vision": False,
@@ -78,6 +79,18 @@ class ModelSettings(BaseModel):
 class ReasonerSettings(ModelSettings):
     reason_on_tool_results: bool = Field(False, description="Think again on rounds that only bring tool results.")
     stop_after_thinking: bool = Field(True, description="Close the reasoning call when the thinking ends.")
+    max_reasoning_chars: int = Field(
+        DEFAULT_MAX_REASONING_CHARS,
+        ge=0,
+        description="Longest reasoning, in characters: then the call is closed, a note ends the reasoning and the "
+        "answer model goes on with the reasoning so far. 0: no limit.",
+    )
+    max_reasoning_seconds: float = Field(
+        DEFAULT_MAX_REASONING_SECONDS,
+        ge=0,
+        description="Longest reasoning call, in seconds (from the request to the model on); then as for "
+        "max_reasoning_chars. 0: no limit.",
+    )
 
 
 class AnswerSettings(ModelSettings):

@@ -53,6 +53,8 @@ def build_team(
                 tools=tools,
                 reason_on_tool_results=settings.reasoner.reason_on_tool_results,
                 stop_after_thinking=settings.reasoner.stop_after_thinking,
+                max_reasoning_chars=settings.reasoner.max_reasoning_chars,
+                max_reasoning_seconds=settings.reasoner.max_reasoning_seconds,
             )
         )
     participants.append(

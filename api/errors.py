@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from agents import ConversationError, UpstreamError, UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout
 
@@ -59,6 +60,8 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(504, "the duet did not finish in time", type="upstream_error", code="upstream_timeout")
     if isinstance(exc, asyncio.CancelledError):
         return APIError(499, "the request was cancelled", type="server_error", code="cancelled")
+    if isinstance(exc, ClientDisconnect):  # the client hung up while sending its request: nobody to answer
+        return APIError(499, "the client closed the connection", type="invalid_request_error", code="client_disconnected")
     # Anything else is a bug: the details (a traceback, paths) go to the log, not to the client.
     logger.error("unexpected error", exc_info=exc)
     return APIError(500, f"internal error ({type(exc).__name__}); details are in the server log", type="server_error",

@@ -278,8 +278,8 @@ class ChatCompletionsService:
                 adapter = StreamAdapter(ChunkEncoder(completion_id, int(time.time()), chat.model), duet.reasoning_output,
                                         chat.legacy_functions, chat.include_usage)
                 source = _EventSource(self, run, adapter, first_wait=self.ping_interval)
-                return EventStreamResponse(source, ping_interval=self.ping_interval, disconnected=disconnected,
-                                           stopped=gate.stopped)
+                return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
+                                           disconnected=disconnected, stopped=gate.stopped)
             source = _EventSource(self, run)
         finally:
             gate.admitting -= 1

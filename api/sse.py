@@ -4,15 +4,18 @@ alive, and can still answer with a proper error status if the stream fails befor
 Starlette's ``StreamingResponse`` on ASGI 2.4 servers learns of a disconnect only when a write
 fails, which during a long silent stretch (a model still thinking) can be minutes later. Here a
 watcher waits for ``http.disconnect`` and cancels the writer, whose source then cancels the duet's
-model calls. A heartbeat writes ``: ping`` when nothing was sent for ``ping_interval``. When the
-server's drain time is over (``stopped``), the stream ends with one error event (or, before its
-first byte, a 503).
+model calls. A heartbeat writes ``: ping`` when nothing was sent for ``ping_interval``, and stops a
+stream whose client has not taken a write for ``write_timeout`` (a client that stopped reading):
+the source is closed as for a hang-up, so the duet's model calls stop too. When the server's drain
+time is over (``stopped``), the stream ends with one error event (or, before its first byte, a 503).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from contextvars import ContextVar
 from typing import AsyncIterator, Callable, Protocol
 
 from starlette.responses import Response
@@ -21,11 +24,15 @@ from starlette.types import Receive, Scope, Send
 from .chunks import PING, ChunkEncoder
 from .limits import shutting_down
 
+logger = logging.getLogger(__name__)
+
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # tell nginx-style proxies not to buffer the stream
 ]
+
+SHUTDOWN_WRITE_TIMEOUT = 1.0  # seconds the last error event may take to write when the server stops
 
 
 class EventSource(Protocol):
@@ -42,6 +49,21 @@ class EventSource(Protocol):
         """Called exactly once, however the response ends."""
 
 
+_abandoned = ContextVar("duet_abandoned_stream", default=False)
+
+
+class _QuietAbandonedStreams(logging.Filter):
+    """A stream given up after ``write_timeout`` ends without completing its response (the client
+    reads nothing, so no end can be written), which uvicorn reports at ERROR. Duet has already
+    logged a warning for it; the filter runs in the request's own task, where ``_abandoned`` is set."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_abandoned.get() and record.msg == "ASGI callable returned without completing response.")
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietAbandonedStreams())
+
+
 async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:
     """Returns when the client has gone (or the response is complete); calls ``then`` at once,
     in the same step, so what it cancels is cancelled without another turn of the loop."""
@@ -49,9 +71,6 @@ async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | Non
         pass
     if then is not None:
         then()
-
-
-SHUTDOWN_WRITE_TIMEOUT = 1.0  # seconds the last error event may take to write when the server stops
 
 
 class EventStreamResponse(Response):
@@ -67,6 +86,7 @@ class EventStreamResponse(Response):
         source: EventSource,
         *,
         ping_interval: float,
+        write_timeout: float = 30.0,
         disconnected: asyncio.Future[None] | None = None,
         stopped: asyncio.Future[None] | None = None,
     ) -> None:
@@ -77,11 +97,14 @@ class EventStreamResponse(Response):
         self.background = None
         self._source = source
         self._ping_interval = ping_interval
+        self._write_timeout = write_timeout
         self._disconnected = disconnected
         self._stopped = stopped
-        self._last_write = 0.0  # set when the status line went out
+        self._last_write = 0.0  # when the last write began; 0 until the status line went out
+        self._writing = False  # a write waits for the client to take it
         self._finished = False
         self._answering_instead = False
+        self.write_timed_out = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.create_task(self._run(scope, receive, send))
@@ -91,6 +114,8 @@ class EventStreamResponse(Response):
             waits.add(self._stopped)
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if self.write_timed_out:
+                _abandoned.set(True)  # in the request's own task, where uvicorn logs
             if writer.done():
                 if writer.exception() is not None:
                     raise writer.exception()  # type: ignore[misc]
@@ -129,21 +154,50 @@ class EventStreamResponse(Response):
         loop = asyncio.get_running_loop()
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         self._last_write = loop.time()
-        heartbeat = asyncio.create_task(self._heartbeat(send))
+        heartbeat = asyncio.create_task(self._heartbeat(send, asyncio.current_task()))  # type: ignore[arg-type]
         try:
             async for chunk in self._source.chunks():
                 if chunk:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    # The heartbeat watches the write: it cancels this task if the client does not take it in time.
                     self._last_write = loop.time()
+                    self._writing = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    self._writing = False
             self._finished = True
+            self._last_write = loop.time()
+            self._writing = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self._writing = False
+        except asyncio.CancelledError:
+            if not self.write_timed_out or asyncio.current_task().uncancel():  # type: ignore[union-attr]
+                raise  # a hang-up, or the server shutting down
+            logger.warning("stopped a stream: its client took no data for %gs (write_timeout)", self._write_timeout)
         finally:
             heartbeat.cancel()
 
-    async def _heartbeat(self, send: Send) -> None:
+    async def _heartbeat(self, send: Send, writer: asyncio.Task[None]) -> None:
+        """Pings a quiet stream; cancels ``writer`` once a write has waited ``write_timeout`` for the client."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self._ping_interval - (loop.time() - self._last_write))
-            if not self._finished and loop.time() - self._last_write >= self._ping_interval:
-                await send({"type": "http.response.body", "body": PING, "more_body": True})
+            since = loop.time() - self._last_write
+            if self._writing:
+                if since >= self._write_timeout:
+                    self.write_timed_out = True
+                    writer.cancel()
+                    return
+                wait = (self._ping_interval if since < self._ping_interval else self._write_timeout) - since
+            elif since >= self._ping_interval:
+                if self._finished:
+                    return
                 self._last_write = loop.time()
+                try:
+                    async with asyncio.timeout(self._write_timeout):
+                        await send({"type": "http.response.body", "body": PING, "more_body": True})
+                except TimeoutError:
+                    self.write_timed_out = True
+                    writer.cancel()
+                    return
+                continue
+            else:
+                wait = self._ping_interval - since
+            await asyncio.sleep(wait)

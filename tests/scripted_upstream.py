@@ -26,7 +26,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 Fault = Literal["disconnect", "stall", "error_event", "garbage"]
 
@@ -72,6 +72,14 @@ class RecordedRequest:
     finished_at: float | None = None
     aborted: bool = False  # the client hung up before the answer ended
     ended: threading.Event = field(default_factory=threading.Event)
+    bytes_written: int = 0  # of the streamed body, handed to the socket so far
+    stalled_since: float | None = None  # a write has waited since then for the client to take it (monotonic)
+    longest_stall: float = 0.0  # the longest such wait, in seconds, once it ended
+
+    def stalled_for(self) -> float:
+        """How long the write now waiting for the client has waited (0 when none waits)."""
+        since = self.stalled_since
+        return time.monotonic() - since if since is not None else 0.0
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -244,9 +252,12 @@ class ScriptedUpstream:
                 writer.write(self._head(200, "application/json", len(payload)) + payload)
                 await writer.drain()
                 return True
-            completed = await self._stream(body, reply, reader, writer)
+            completed = await self._stream(body, reply, reader, writer, record)
             record.aborted = not completed
             return completed
+        except ConnectionError:  # the client dropped the connection while a write waited for it
+            record.aborted = True
+            raise
         finally:
             record.finished_at = time.monotonic()
             record.ended.set()
@@ -278,15 +289,18 @@ class ScriptedUpstream:
             "usage": self._usage(body, reply),
         }
 
-    def _events(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    def _events(self, body: dict[str, Any], reply: Reply) -> Iterator[dict[str, Any]]:
+        """The reply's chunks, made as they are sent (a long reply is never held whole)."""
         base = {"id": f"chatcmpl-up{next(self._ids)}", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model", "")}
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-        events = [chunk({"role": "assistant", "content": ""})]
-        events += [chunk({reply.reasoning_field: piece}) for piece in reply.reasoning]
-        events += [chunk({"content": piece}) for piece in reply.content]
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in reply.reasoning:
+            yield chunk({reply.reasoning_field: piece})
+        for piece in reply.content:
+            yield chunk({"content": piece})
         fragments: list[list[dict[str, Any]]] = []
         for index, call in enumerate(reply.tool_calls):
             head = {"index": index, "id": call.id or f"call_up{next(self._ids)}", "type": "function", "function": {"name": call.name, "arguments": ""}}
@@ -297,21 +311,30 @@ class ScriptedUpstream:
             ordered = [d for group in itertools.zip_longest(*fragments) for d in group if d is not None]
         else:
             ordered = [d for group in fragments for d in group]
-        events += [chunk({"tool_calls": [d]}) for d in ordered]
-        events.append(chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")))
+        for delta in ordered:
+            yield chunk({"tool_calls": [delta]})
+        yield chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"))
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append({**base, "choices": [], "usage": self._usage(body, reply)})
-        return events
+            yield {**base, "choices": [], "usage": self._usage(body, reply)}
 
-    async def _stream(self, body: dict[str, Any], reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """Streams the reply; returns False when the client hung up first (or a fault ended it)."""
+    async def _stream(
+        self, body: dict[str, Any], reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: RecordedRequest
+    ) -> bool:
+        """Streams the reply; returns False when the client hung up first (or a fault ended it).
+        Notes in ``record`` how much it wrote, and how long writes waited for the client to read."""
         writer.write(self._head(200, "text/event-stream"))
         end = b"\r\n\r\n" if reply.crlf else b"\n\n"
         for sent, event in enumerate(self._events(body, reply)):
             if reply.fault is not None and sent == reply.fault_after:
                 return await self._fault(reply, reader, writer)
-            _write_chunk(writer, b"data: " + json.dumps(event).encode() + end)
-            await writer.drain()
+            data = b"data: " + json.dumps(event).encode() + end
+            _write_chunk(writer, data)
+            record.bytes_written += len(data)
+            if writer.transport.get_write_buffer_size():  # the socket did not take it all: the client is behind
+                record.stalled_since = time.monotonic()
+                await writer.drain()
+                record.longest_stall = max(record.longest_stall, time.monotonic() - record.stalled_since)
+                record.stalled_since = None
             if reply.delay_between and await _closed_within(reader, reply.delay_between):
                 return False
             if _hung_up(reader):
@@ -360,15 +383,15 @@ async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
     return True
 
 
-def _bench_responder(reasoning_tokens: int, answer_tokens: int) -> Responder:
+def _bench_responder(reasoning_tokens: int, answer_tokens: int, delay_between: float = 0.0) -> Responder:
     reasoning = [f"thought{i} " for i in range(reasoning_tokens)]
     content = [f"word{i} " for i in range(answer_tokens)]
 
     def respond(body: dict[str, Any]) -> Reply:
         model = body.get("model", "")
         if "r1" in model or "reason" in model:
-            return Reply(reasoning=reasoning)
-        return Reply(content=content)
+            return Reply(reasoning=reasoning, delay_between=delay_between)
+        return Reply(content=content, delay_between=delay_between)
 
     return respond
 
@@ -379,8 +402,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--reasoning-tokens", type=int, default=40)
     parser.add_argument("--answer-tokens", type=int, default=40)
+    parser.add_argument("--delay-between", type=float, default=0.0, help="seconds between two chunks")
     args = parser.parse_args()
-    upstream = ScriptedUpstream(args.host, args.port, _bench_responder(args.reasoning_tokens, args.answer_tokens)).start()
+    responder = _bench_responder(args.reasoning_tokens, args.answer_tokens, args.delay_between)
+    upstream = ScriptedUpstream(args.host, args.port, responder).start()
     print(f"scripted upstream on {upstream.base_url}", flush=True)
     try:
         threading.Event().wait()

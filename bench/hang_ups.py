@@ -1,0 +1,81 @@
+"""What Duet logs while clients hang up at random moments of their requests.
+
+Starts the scripted upstream (each stage 10 chunks, 20 ms apart) and ``duet serve`` as separate
+processes on loopback, sends ``--requests`` requests that are each abandoned at a random moment
+(``tests/hang_ups.py``: mid-body, at once, mid-stream, while waiting; streamed and not; FIN or
+RST), then counts the lines of Duet's log that would page someone: ERROR lines, "Task exception
+was never retrieved" and tracebacks. An ordinary hang-up should produce none.
+
+Run from the repository root: ``python bench/hang_ups.py`` (``--help`` for options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # after this script's folder: ``bench`` below is bench/bench.py
+
+from bench import free_port  # noqa: E402
+from slow_readers import ANSWER, REASONER, in_flight, wait_http  # noqa: E402
+from tests.hang_ups import hang_ups  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=1000, help="hang-ups (default 1000)")
+    parser.add_argument("--at-once", type=int, default=20, help="concurrent clients (default 20)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    upstream_port, duet_port = free_port(), free_port()
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port),
+         "--reasoning-tokens", "10", "--answer-tokens", "10", "--delay-between", "0.02"],
+        cwd=ROOT, stdout=subprocess.DEVNULL,
+    )
+    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
+    env = dict(os.environ, DUET_PORT=str(duet_port), DUET_REASONER_BASE_URL=upstream_base, DUET_REASONER_MODEL=REASONER,
+               DUET_ANSWER_BASE_URL=upstream_base, DUET_ANSWER_MODEL=ANSWER, DUET_API_KEYS="", DUET_LOG_LEVEL="warning")
+    with tempfile.TemporaryFile("w+") as log:
+        duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_http(f"http://127.0.0.1:{duet_port}/health")
+            wait_http(f"{upstream_base}/models")
+            started = time.monotonic()
+            asyncio.run(hang_ups(duet_port, args.requests, args.at_once, args.seed))
+            took = time.monotonic() - started
+            deadline = time.monotonic() + 15
+            while in_flight(duet_port) not in ("0", "-") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            left = in_flight(duet_port)
+            time.sleep(1)  # what the last runs' clean-up logs
+        finally:
+            for process in (duet, upstream):
+                process.terminate()
+                process.wait(10)
+        log.seek(0)
+        lines = log.read().splitlines()
+    errors = [line for line in lines if " ERROR " in line or line.startswith("ERROR:")]  # Duet's format, uvicorn's
+    print(f"{args.requests} hang-ups ({args.at_once} at a time) in {took:.1f} s; in flight afterwards: {left}")
+    print(f"  ERROR lines                           {len(errors)}")
+    print(f"  'Task exception was never retrieved'  {sum('Task exception was never retrieved' in line for line in lines)}")
+    print(f"  'task_done() called too many times'   {sum('task_done() called too many times' in line for line in lines)}")
+    print(f"  tracebacks                            {sum(line.startswith('Traceback') for line in lines)}")
+    kinds: dict[str, int] = {}
+    for line in errors:
+        kind = (line.split(" ERROR ", 1)[1] if " ERROR " in line else "uvicorn: " + line[6:].strip())[:80]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    for kind, count in sorted(kinds.items(), key=lambda item: -item[1]):
+        print(f"    {count:>5}  {kind}")
+
+
+if __name__ == "__main__":
+    main()
