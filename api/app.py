@@ -18,7 +18,7 @@ from agents.continuations import ContinuationStore, open_store
 from workbenches import stop_shared_servers
 
 from .auth import BearerAuth
-from .errors import as_api_error, install_error_handlers
+from .errors import as_api_error, install_error_handlers, install_secret_masking
 from .serving import ChatCompletionsService
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings, merged_options
 
@@ -85,6 +85,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     # The runtime's OpenTelemetry spans cost ~0.2 ms per request; opt back in by setting it to "false".
     os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
     logging.getLogger("autogen_core").addFilter(_DropCancellations())
+    install_secret_masking(config.api_keys)  # and the upstream keys and header values the model clients register
     auth = BearerAuth(config.api_keys)
     continuations = open_store(config.state_url)
     pipelines = config.build(continuations)
