@@ -123,12 +123,16 @@ def upstream_error_text(body: bytes | str | Any, status: int) -> str:
     return _shorten(str(error)) or f"HTTP {status}"
 
 
-def error_fields(error: Any) -> dict[str, Any]:
-    """``code``, ``error_type`` and ``param`` of an OpenAI-style error object, as strings."""
+def error_fields(error: Any, status: int | None = None) -> dict[str, Any]:
+    """``code``, ``error_type`` and ``param`` of an OpenAI-style error object, as strings. A code
+    that only repeats the HTTP ``status`` says nothing more and is left out."""
     if not isinstance(error, dict):
         return {}
     fields = {"code": error.get("code"), "error_type": error.get("type"), "param": error.get("param")}
-    return {name: str(value) for name, value in fields.items() if isinstance(value, (str, int)) and not isinstance(value, bool)}
+    kept = {name: str(value) for name, value in fields.items() if isinstance(value, (str, int)) and not isinstance(value, bool)}
+    if status is not None and kept.get("code") == str(status):
+        del kept["code"]
+    return kept
 
 
 def _shorten(text: str, limit: int = 1000) -> str:
@@ -148,7 +152,7 @@ def upstream_error_from_openai(exc: Exception, model: str | None) -> UpstreamErr
         return UpstreamConnectionError("broke off the connection", model=model)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        fields = error_fields(exc.body)
+        fields = error_fields(exc.body, status)
         return UpstreamStatusError(
             f"answered HTTP {status}: {upstream_error_text(exc.body, status) if exc.body is not None else exc.message}",
             model=model,

@@ -516,9 +516,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         except ValueError:
             parsed = None
         error = parsed.get("error", parsed) if isinstance(parsed, dict) else None
-        fields = error_fields(error)
-        if fields.get("code") == str(status):
-            del fields["code"]  # an HTTP status repeated as the code says nothing more
+        fields = error_fields(error, status)
         text = upstream_error_text(raw, status)
         if parsed is None and response.content_type == "text/html":
             text = "an HTML error page"  # a proxy's page: markup, not a message
@@ -533,9 +531,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
     def _error_object(self, error: Any, where: str) -> UpstreamStatusError:
         """An error object the upstream sent with HTTP 200 (in its stream, or as its JSON body)."""
         status = _status_of(error) if isinstance(error, dict) else None
-        fields = error_fields(error)
-        if status is not None and fields.get("code") == str(status):
-            del fields["code"]
+        fields = error_fields(error, status)
         return UpstreamStatusError(
             f"{where}: {upstream_error_text({'error': error}, status or 200)}",
             model=self._config.model,
@@ -613,8 +609,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                     usage = chunk["usage"]
                 choices = chunk.get("choices")
                 if not choices:
-                    if chunk.get("error"):
-                        raise self._error_object(chunk["error"], "failed mid-stream" if answered else "sent an error")
+                    error = chunk.get("error") or (chunk if chunk.get("object") == "error" else None)  # OpenAI's shape, vLLM's
+                    if error:
+                        raise self._error_object(error, "failed mid-stream" if answered else "sent an error")
                     continue
                 answered = True
                 choice = choices[0]
@@ -715,8 +712,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             completion = json.loads(raw)
         except ValueError:
             completion = None
-        if isinstance(completion, dict) and completion.get("error"):
-            raise self._error_object(completion["error"], "answered HTTP 200 with an error")
+        if isinstance(completion, dict) and (completion.get("error") or completion.get("object") == "error"):
+            raise self._error_object(completion.get("error") or completion, "answered HTTP 200 with an error")
         choices = completion.get("choices") if isinstance(completion, dict) else None
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             text = " ".join(raw.decode("utf-8", "replace").split())[:200]

@@ -145,7 +145,13 @@ def install_secret_masking(api_keys: Iterable[str] = ()) -> None:
             return record
         masked = mask_secrets(message)
         if masked is not message:
-            record.msg, record.args = masked, None
+            # Masked piece by piece first: some formatters read the arguments (uvicorn's access log does).
+            if isinstance(record.msg, str):
+                record.msg = mask_secrets(record.msg)
+            if isinstance(record.args, tuple):
+                record.args = tuple(mask_secrets(arg) if isinstance(arg, str) else arg for arg in record.args)
+            if record.getMessage() != masked:  # a secret inside an argument that is not a string
+                record.msg, record.args = masked, None
         if record.exc_info and record.exc_info[1] is not None:  # the traceback text holds exception messages
             record.exc_text = mask_secrets(formatter.formatException(record.exc_info))
         return record
