@@ -26,6 +26,10 @@ from .errors import (
     UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeout,
+    UpstreamUnreachable,
+    mask_secrets,
+    register_secrets,
+    upstream_error_from_openai,
 )
 from .events import (
     ContentDelta,
@@ -90,6 +94,7 @@ __all__ = [
     "UpstreamProtocolError",
     "UpstreamStatusError",
     "UpstreamTimeout",
+    "UpstreamUnreachable",
     "Usage",
     "build_team",
     "export_team",
@@ -97,4 +102,7 @@ __all__ = [
     "current_run",
     "load_team",
     "load_team_config",
+    "mask_secrets",
+    "register_secrets",
+    "upstream_error_from_openai",
 ]

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from workbenches import DuetWorkbench
 
-from .errors import DuetError
+from .errors import DuetError, UpstreamError, upstream_error_from_openai
 from .events import ContentDelta, DuetEvent, Failed, ReasoningDelta, ToolCallsRequested
 from .run_context import DuetRun, current_run
 
@@ -173,18 +173,25 @@ class DuetAgent(BaseChatAgent):
                     if event is not None:
                         yield event
         except Exception as exc:
+            if isinstance(exc, UpstreamError):
+                exc.at_stage(self.name)  # the message now says which model failed: reasoning or answer
             if run is None:
                 raise  # a plain AgentChat run (AutoGen Studio) reports errors the AgentChat way
             # In a Duet run the failure goes to the caller as an event, and the agent ends the team
             # with a handoff to the client instead of raising: the team stays healthy for its next
             # request, and AutoGen's runtime does not log a traceback for an upstream's bad day.
-            if isinstance(exc, (DuetError, openai.APIError)):  # an upstream failed: expected, not a bug
-                logger.warning("%s failed in request %s: %s", self.name, run.request_id, exc)
+            error: Exception = exc
+            if isinstance(exc, openai.APIError):  # AutoGen's stock client: the same errors as Duet's own
+                converted = upstream_error_from_openai(exc, self._model_client.dump_component().config.get("model"))
+                if converted is not None:
+                    error = converted.at_stage(self.name)
+            if isinstance(error, DuetError):  # an upstream failed: expected, not a bug
+                logger.warning("%s failed in request %s: %s", self.name, run.request_id, error)
             else:
                 logger.exception("%s failed in request %s", self.name, run.request_id)
-            run.emit(Failed(message=str(exc), error=exc))
+            run.emit(Failed(message=str(error), error=error))
             yield Response(
-                chat_message=HandoffMessage(source=self.name, target=CLIENT, content=f"{self.name} failed: {exc}", metadata=FAILED_METADATA)
+                chat_message=HandoffMessage(source=self.name, target=CLIENT, content=f"{self.name} failed: {error}", metadata=FAILED_METADATA)
             )
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:

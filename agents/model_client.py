@@ -18,8 +18,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import os
+import random
+from email.utils import parsedate_to_datetime
+from time import time as wall_clock
 from typing import Any, AsyncGenerator, Literal, Mapping, Optional, Sequence, Union
 
 import aiohttp
@@ -42,7 +47,17 @@ from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel, Field
 from typing_extensions import Self
 
-from .errors import UpstreamConnectionError, UpstreamProtocolError, UpstreamStatusError, UpstreamTimeout
+from .errors import (
+    UpstreamConnectionError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    error_fields,
+    register_secrets,
+    upstream_error_text,
+)
 
 ANSWER_MODEL_INFO: ModelInfo = {
     "vision": False,
@@ -62,6 +77,13 @@ _FINISH_REASONS = {
     "content_filter": "content_filter",
 }
 
+MAX_ERROR_BODY = 64 * 1024
+"""Bytes of an upstream's error answer read for its message (the rest is not read)."""
+MAX_JSON_BODY = 32 * 1024 * 1024
+"""Largest plain-JSON answer accepted from an upstream that ignores ``stream: true``."""
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""Largest single server-sent event (a stream without event separators is not buffered forever)."""
+
 
 class OpenAICompatibleClientConfig(BaseModel):
     """Serialisable configuration. The API key is never stored: only the name of the
@@ -78,6 +100,13 @@ class OpenAICompatibleClientConfig(BaseModel):
     connect_timeout: float = 10.0
     read_timeout: float = Field(300.0, description="Longest silence allowed between two bytes of the upstream's answer.")
     max_connections: int = Field(0, description="Connection pool size; 0 means unlimited.")
+    max_retries: int = Field(
+        2, ge=0, description="Retries of a call that failed before the upstream sent any answer (no connection, 429, 5xx)."
+    )
+    retry_backoff: float = Field(0.5, ge=0, description="Seconds before the first retry; doubled for each next one, with jitter.")
+    max_retry_wait: float = Field(
+        10.0, ge=0, description="Longest Retry-After (seconds) waited out; a longer one is passed on to the client at once."
+    )
 
 
 def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
@@ -155,19 +184,89 @@ async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, N
                 if lines:
                     yield b"\n".join(lines)
         buffer = buffer[start:] + held
+        if len(buffer) > MAX_EVENT_BYTES:
+            raise _EventTooLarge()
 
 
-def _error_message(status: int, body: bytes) -> str:
-    """The upstream's own error message, whatever shape it came in."""
-    text = body.decode("utf-8", "replace").strip()
+class _EventTooLarge(Exception):
+    """More than :data:`MAX_EVENT_BYTES` arrived without an event separator."""
+
+
+class _ReadCancelled(asyncio.CancelledError):
+    """Raised into a read that the request's cancellation stopped.
+
+    Closing an aiohttp response wakes a waiting read with one module-level exception object
+    (``aiohttp.client_reqrep._CONNECTION_CLOSED_EXCEPTION``); every raise of it appends the
+    reader's frames to its traceback, and those frames hold the request (its team, runtime and
+    messages) for ever. So a cancelled read gets an exception of its own, made for this request,
+    before the response is closed: nothing of the request outlives it.
+    """
+
+
+def _abort_read(response: aiohttp.ClientResponse) -> None:
+    """The cancellation callback of an open response: stops a pending read at once and drops the
+    connection, so the upstream stops generating."""
+    if response.content.exception() is None:
+        response.content.set_exception(_ReadCancelled())
+    response.close()
+
+
+def _forget(exc: BaseException) -> None:
+    """Drops the frames a caught aiohttp exception collected: it may be an object aiohttp shares
+    between requests, whose traceback would otherwise keep this request alive."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+
+
+def _describe(exc: BaseException) -> str:
+    """What went wrong on the connection, in words that name no host and no URL."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "host name not found"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        errno = exc.os_error.errno
+        return os.strerror(errno).lower() if errno else "connection failed"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "the response was cut off"
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno).lower()
+    return type(exc).__name__
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header (seconds or an HTTP date) in seconds from now."""
+    if not value:
+        return None
     try:
-        parsed = json.loads(text)
+        return max(0.0, float(value))
     except ValueError:
-        return text[:2000] or f"HTTP {status}"
-    error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("detail") or error)
-    return str(error)
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - wall_clock())
+    except (TypeError, ValueError):
+        return None
+
+
+async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of a response body, and whether the body was longer."""
+    chunks: list[bytes] = []
+    size = 0
+    async for data in response.content.iter_any():
+        chunks.append(data)
+        size += len(data)
+        if size > limit:
+            return b"".join(chunks)[:limit], True
+    return b"".join(chunks), False
+
+
+def _status_of(error: Mapping[str, Any]) -> int | None:
+    """An HTTP status some servers put into an error object's ``code`` or ``status``."""
+    for key in ("status", "code"):
+        value = error.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value < 600:
+            return value
+    return None
 
 
 class _ToolCallBuilder:
@@ -204,6 +303,11 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         api_key_env: name of the environment variable holding the key.
         model_info: AutoGen model capabilities; defaults to :data:`ANSWER_MODEL_INFO`.
         create_args: request fields sent with every call (``temperature``, ``extra_body``, ...).
+        max_retries, retry_backoff, max_retry_wait: the retry policy for calls that failed before
+            the upstream sent any answer (see :class:`OpenAICompatibleClientConfig`).
+
+    Errors are :class:`~agents.errors.UpstreamError` subclasses that name the model (never the
+    URL) and keep the upstream's status, ``code``, ``type``, ``param`` and ``Retry-After``.
     """
 
     component_type = "model"
@@ -223,6 +327,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         connect_timeout: float = 10.0,
         read_timeout: float = 300.0,
         max_connections: int = 0,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        max_retry_wait: float = 10.0,
     ) -> None:
         self._config = OpenAICompatibleClientConfig(
             model=model,
@@ -234,17 +341,25 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             max_connections=max_connections,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            max_retry_wait=max_retry_wait,
         )
         validate_model_info(self._config.model_info)
         key = api_key if api_key is not None else (os.environ.get(api_key_env) if api_key_env else None)
+        register_secrets([key, *self._config.headers.values()])  # masked in every error message and log line
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **self._config.headers}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
-        self._url = yarl.URL(base_url.rstrip("/") + "/chat/completions")  # parsed once, not per request
+        self._models_headers = {k: v for k, v in self._headers.items() if k not in ("Content-Type", "Accept")}
+        root = base_url.rstrip("/")
+        self._url = yarl.URL(root + "/chat/completions")  # parsed once, not per request
+        self._models_url = yarl.URL(root + "/models")
         extra_body = self._config.create_args.get("extra_body") or {}
         self._default_args = {k: v for k, v in self._config.create_args.items() if k != "extra_body"} | extra_body
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._total_usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
         self._actual_usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
@@ -257,15 +372,24 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
     def base_url(self) -> str:
         return self._config.base_url
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        """One pooled session per event loop, created on first use (aiohttp needs a running loop)."""
+    def _get_session(self, fresh: bool = False) -> aiohttp.ClientSession:
+        """The pooled session of this event loop, created on first use (aiohttp needs a running
+        loop); ``fresh``: a session whose every request opens a new connection and closes it after,
+        for the retry after a pooled connection turned out to be closed (the pool may hold more)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session_loop is not loop or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300)
-            # Model APIs set no cookies worth keeping; a dummy jar skips cookie handling per request.
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar())
+            self._session = self._new_session(aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300))
+            self._fresh = None
             self._session_loop = loop
-        return self._session
+        if not fresh:
+            return self._session
+        if self._fresh is None or self._fresh.closed:
+            self._fresh = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True, ttl_dns_cache=300))
+        return self._fresh
+
+    def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+        # Model APIs set no cookies worth keeping; a dummy jar skips cookie handling per request.
+        return aiohttp.ClientSession(connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar())
 
     def _request_body(
         self,
@@ -301,34 +425,141 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         return json.dumps(body, ensure_ascii=False).encode()
 
     async def _open(self, body: bytes, cancellation_token: CancellationToken | None) -> aiohttp.ClientResponse:
-        session = self._get_session()
-        for attempt in (1, 2):
-            request = asyncio.ensure_future(session.post(self._url, data=body, headers=self._headers))
-            if cancellation_token is not None:
-                cancellation_token.link_future(request)
+        """Sends the request; returns a 200 response (its body unread), or raises. A failure before
+        the upstream sent any answer (no connection, 429, 5xx) is retried by the retry policy."""
+        model = self._config.model
+        retries = 0
+        fresh = False
+        while True:
+            failure: UpstreamError | None = None
+            retryable = True
             try:
-                response = await request
-                break
-            except asyncio.TimeoutError as exc:
-                raise UpstreamTimeout(f"{self._config.model} at {self._url} did not answer in time") from exc
+                response = await self._send(self._url, body, cancellation_token, fresh)
+            except aiohttp.ConnectionTimeoutError as exc:
+                _forget(exc)
+                failure = UpstreamUnreachable(f"cannot be reached: no connection within {self._config.connect_timeout:g}s", model=model)
+            except asyncio.TimeoutError as exc:  # connected, but no answer (not retried: it would only wait again)
+                _forget(exc)
+                failure, retryable = UpstreamTimeout(f"did not answer within {self._config.read_timeout:g}s", model=model), False
+            except aiohttp.ClientConnectorError as exc:
+                failure = UpstreamUnreachable(f"cannot be reached: {_describe(exc)}", model=model)
+                _forget(exc)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                # A pooled keep-alive connection the server closed just as it was reused: one more
-                # try, on a fresh connection, as the openai SDK would.
-                if attempt == 2:
-                    raise UpstreamConnectionError(f"cannot reach {self._config.model} at {self._url}: {exc}") from exc
+                failure = UpstreamConnectionError(f"closed the connection without answering: {_describe(exc)}", model=model)
+                _forget(exc)
+                if not fresh:
+                    # Most likely a pooled keep-alive connection the server closed just as it was
+                    # reused: try again at once, on a new connection (the pool may hold more such).
+                    fresh = True
+                    continue
             except aiohttp.ClientError as exc:
-                raise UpstreamConnectionError(f"cannot reach {self._config.model} at {self._url}: {exc}") from exc
-        if response.status != 200:
-            try:
-                raw = await response.read()
-            finally:
-                response.release()
-            message = _error_message(response.status, raw)
-            raise UpstreamStatusError(
-                f"{self._config.model} at {self._url} answered HTTP {response.status}: {message}",
-                upstream_status=response.status,
-            )
+                failure, retryable = UpstreamConnectionError(f"failed: {_describe(exc)}", model=model), False
+                _forget(exc)
+            else:
+                if response.status == 200:
+                    return response
+                failure = await self._status_error(response)
+                status = failure.upstream_status or 0
+                retryable = status == 429 or status >= 500
+            delay = self._retry_delay(failure, retries) if retryable else None
+            if delay is None:
+                raise failure
+            retries += 1
+            await self._sleep(delay, cancellation_token)
+
+    async def _send(
+        self, url: yarl.URL, body: bytes, cancellation_token: CancellationToken | None, fresh: bool = False
+    ) -> aiohttp.ClientResponse:
+        session = self._get_session(fresh)
+        # In a context of its own: a new connection keeps the context it was opened in for as long as
+        # it stays in the pool, and the request's context holds the whole request (its run, its team).
+        request = asyncio.get_running_loop().create_task(session.post(url, data=body, headers=self._headers),
+                                                         context=contextvars.Context())
+        if cancellation_token is not None:
+            cancellation_token.link_future(request)
+        response = await request
+        if cancellation_token is not None:
+            # Closing the response aborts a read at once and drops the connection, so the
+            # upstream stops generating; no task per chunk is needed.
+            cancellation_token.add_callback(functools.partial(_abort_read, response))
         return response
+
+    def _retry_delay(self, failure: UpstreamError, retries: int) -> float | None:
+        """Seconds to wait before the next try, or ``None`` to give up and pass ``failure`` on."""
+        if retries >= self._config.max_retries:
+            return None
+        retry_after = _retry_after_seconds(failure.retry_after)
+        if retry_after is not None:
+            return retry_after if retry_after <= self._config.max_retry_wait else None
+        backoff = self._config.retry_backoff * 2**retries
+        return backoff * (0.5 + random.random() / 2)  # jitter: clients that failed together do not return together
+
+    @staticmethod
+    async def _sleep(seconds: float, cancellation_token: CancellationToken | None) -> None:
+        sleep = asyncio.ensure_future(asyncio.sleep(seconds))
+        if cancellation_token is not None:
+            cancellation_token.link_future(sleep)
+        await sleep
+
+    async def _status_error(self, response: aiohttp.ClientResponse) -> UpstreamError:
+        """The error an upstream's non-200 answer stands for (the response is released)."""
+        try:
+            raw, _ = await _read_bounded(response, MAX_ERROR_BODY)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            _forget(exc)
+            raw = b""
+        finally:
+            response.release()
+        status = response.status
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        error = parsed.get("error", parsed) if isinstance(parsed, dict) else None
+        fields = error_fields(error, status)
+        text = upstream_error_text(raw, status)
+        if parsed is None and response.content_type == "text/html":
+            text = "an HTML error page"  # a proxy's page: markup, not a message
+        return UpstreamStatusError(
+            f"answered HTTP {status}: {text}",
+            model=self._config.model,
+            upstream_status=status,
+            retry_after=response.headers.get("Retry-After"),
+            **fields,
+        )
+
+    def _error_object(self, error: Any, where: str) -> UpstreamStatusError:
+        """An error object the upstream sent with HTTP 200 (in its stream, or as its JSON body)."""
+        status = _status_of(error) if isinstance(error, dict) else None
+        fields = error_fields(error, status)
+        return UpstreamStatusError(
+            f"{where}: {upstream_error_text({'error': error}, status or 200)}",
+            model=self._config.model,
+            upstream_status=status,
+            **fields,
+        )
+
+    async def check_ready(self, timeout: float) -> None:
+        """Readiness: asks the upstream's ``GET /models`` with this client's headers. Returns when it
+        answers 200 within ``timeout`` seconds; raises an :class:`~agents.errors.UpstreamError` otherwise."""
+        model = self._config.model
+        failure: UpstreamError | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._get_session().get(self._models_url, headers=self._models_headers) as response:
+                    if response.status != 200:
+                        failure = await self._status_error(response)
+        except asyncio.TimeoutError as exc:
+            _forget(exc)
+            failure = UpstreamTimeout(f"did not answer GET /models within {timeout:g}s", model=model)
+        except aiohttp.ClientConnectorError as exc:
+            failure = UpstreamUnreachable(f"cannot be reached: {_describe(exc)}", model=model)
+            _forget(exc)
+        except aiohttp.ClientError as exc:
+            failure = UpstreamConnectionError(f"failed GET /models: {_describe(exc)}", model=model)
+            _forget(exc)
+        if failure is not None:
+            raise failure
 
     async def create_stream(
         self,
@@ -344,10 +575,14 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise asyncio.CancelledError()
         body = self._request_body(messages, tools, tool_choice, json_output, extra_create_args)
         response = await self._open(body, cancellation_token)
-        if cancellation_token is not None:
-            # Closing the response aborts a read at once and drops the connection, so the
-            # upstream stops generating; no task per chunk is needed.
-            cancellation_token.add_callback(response.close)
+        model = self._config.model
+        content_type = response.content_type
+        if content_type == "application/json":  # an upstream that ignores "stream": true
+            async for item in self._completion_pieces(response, cancellation_token):
+                yield item
+            return
+        if content_type == "text/html":
+            raise await self._unexpected_body(response, "an HTML page")
 
         content: list[str] = []
         thought: list[str] = []
@@ -355,7 +590,10 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         finish_reason: str | None = None
         usage: Mapping[str, Any] | None = None
         in_reasoning = False
+        answered = False  # a chunk with a choice arrived
         done = False
+        failure: UpstreamError | None = None
+        cancelled = False
         try:
             async for data in _sse_data(response):
                 if data == b"[DONE]":
@@ -364,18 +602,18 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 try:
                     chunk = json.loads(data)
                 except ValueError:
-                    raise UpstreamProtocolError(
-                        f"{self._config.model} at {self._url} sent a chunk that is not JSON: {data[:200]!r}"
-                    ) from None
+                    raise UpstreamProtocolError(f"sent a chunk that is not JSON: {data[:200]!r}", model=model) from None
+                if not isinstance(chunk, dict):
+                    raise UpstreamProtocolError(f"sent a chunk that is not a JSON object: {data[:200]!r}", model=model)
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 choices = chunk.get("choices")
                 if not choices:
-                    if chunk.get("error"):
-                        raise UpstreamStatusError(
-                            f"{self._config.model} failed mid-stream: {_error_message(200, data)}"
-                        )
+                    error = chunk.get("error") or (chunk if chunk.get("object") == "error" else None)  # OpenAI's shape, vLLM's
+                    if error:
+                        raise self._error_object(error, "failed mid-stream" if answered else "sent an error")
                     continue
+                answered = True
                 choice = choices[0]
                 delta = choice.get("delta") or {}
                 if choice.get("finish_reason"):
@@ -404,45 +642,126 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                         if builder is None:
                             builder = calls[index] = _ToolCallBuilder()
                         builder.add(tool_delta)
+        except _ReadCancelled as exc:
+            exc.__traceback__ = None  # it is referenced by the response: no cycle through this frame
+            cancelled = True
+        except _EventTooLarge:
+            failure = UpstreamProtocolError(f"sent more than {MAX_EVENT_BYTES} bytes without an event separator", model=model)
         except asyncio.TimeoutError as exc:
-            raise UpstreamTimeout(f"{self._config.model} went silent for {self._config.read_timeout:g}s mid-stream") from exc
+            _forget(exc)
+            failure = UpstreamTimeout(f"went silent for {self._config.read_timeout:g}s mid-stream", model=model)
         except aiohttp.ClientError as exc:
-            if cancellation_token is not None and cancellation_token.is_cancelled():
-                raise asyncio.CancelledError() from exc
-            raise UpstreamConnectionError(f"{self._config.model} at {self._url} broke off the stream: {exc}") from exc
+            failure = UpstreamConnectionError(f"broke off the stream: {_describe(exc)}", model=model)
+            _forget(exc)
+        finally:
+            response.release()
+        # Raised here, outside the handlers: a new exception never chains the one aiohttp raised.
+        if cancelled or (cancellation_token is not None and cancellation_token.is_cancelled()):
+            raise asyncio.CancelledError()
+        if failure is not None:
+            raise failure
+        if not answered:
+            if content_type != "text/event-stream" and not done:
+                raise UpstreamProtocolError(f"answered HTTP 200 with {content_type} that holds no event stream", model=model)
+            raise UpstreamProtocolError("ended the stream without an answer (no choices)", model=model)
+        if not done and finish_reason is None:
+            raise UpstreamConnectionError("ended the stream before the model finished", model=model)
+        if in_reasoning:
+            yield "</think>"
+        yield self._result("".join(content), "".join(thought) or None, calls, finish_reason, usage)
+
+    async def _unexpected_body(self, response: aiohttp.ClientResponse, what: str) -> UpstreamError:
+        """The protocol error for a 200 whose body is not an answer (the response is released)."""
+        try:
+            raw, _ = await _read_bounded(response, 2000)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            _forget(exc)
+            raw = b""
+        finally:
+            response.release()
+        text = " ".join(raw.decode("utf-8", "replace").split())[:200]
+        return UpstreamProtocolError(f"answered HTTP 200 with {what} instead of an event stream: {text!r}", model=self._config.model)
+
+    async def _completion_pieces(
+        self, response: aiohttp.ClientResponse, cancellation_token: CancellationToken | None
+    ) -> AsyncGenerator[Union[str, CreateResult], None]:
+        """A plain ``chat.completion`` body as the pieces a stream would have given; an error
+        object as the error it stands for."""
+        model = self._config.model
+        failure: UpstreamError | None = None
+        raw, too_long = b"", False
+        try:
+            raw, too_long = await _read_bounded(response, MAX_JSON_BODY)
+        except _ReadCancelled as exc:
+            exc.__traceback__ = None
+        except asyncio.TimeoutError as exc:
+            _forget(exc)
+            failure = UpstreamTimeout(f"went silent for {self._config.read_timeout:g}s in its answer", model=model)
+        except aiohttp.ClientError as exc:
+            failure = UpstreamConnectionError(f"broke off its answer: {_describe(exc)}", model=model)
+            _forget(exc)
         finally:
             response.release()
         if cancellation_token is not None and cancellation_token.is_cancelled():
             raise asyncio.CancelledError()
-        if not done and finish_reason is None:
-            raise UpstreamConnectionError(f"{self._config.model} at {self._url} ended the stream before the model finished")
-        if in_reasoning:
+        if failure is not None:
+            raise failure
+        if too_long:
+            raise UpstreamProtocolError(f"answered with a JSON body larger than {MAX_JSON_BODY} bytes", model=model)
+        try:
+            completion = json.loads(raw)
+        except ValueError:
+            completion = None
+        if isinstance(completion, dict) and (completion.get("error") or completion.get("object") == "error"):
+            raise self._error_object(completion.get("error") or completion, "answered HTTP 200 with an error")
+        choices = completion.get("choices") if isinstance(completion, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            text = " ".join(raw.decode("utf-8", "replace").split())[:200]
+            raise UpstreamProtocolError(f"answered HTTP 200 with JSON that is not a chat completion: {text!r}", model=model)
+        message = choices[0].get("message") or {}
+        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        text = message.get("content") or ""
+        calls: dict[int, _ToolCallBuilder] = {}
+        for index, call in enumerate(message.get("tool_calls") or []):
+            calls[index] = _ToolCallBuilder()
+            calls[index].add(call)
+        if reasoning:
+            yield "<think>" + reasoning
             yield "</think>"
+        if text:
+            yield text
+        assert isinstance(completion, dict)
+        yield self._result(text, reasoning or None, calls, choices[0].get("finish_reason") or "stop", completion.get("usage"))
 
+    def _result(
+        self,
+        text: str,
+        reasoning: str | None,
+        calls: Mapping[int, _ToolCallBuilder],
+        finish_reason: str | None,
+        usage: Mapping[str, Any] | None,
+    ) -> CreateResult:
         request_usage = RequestUsage(
             prompt_tokens=int((usage or {}).get("prompt_tokens") or 0),
             completion_tokens=int((usage or {}).get("completion_tokens") or 0),
         )
         self._total_usage = add_usage(self._total_usage, request_usage)
         self._actual_usage = add_usage(self._actual_usage, request_usage)
-        text_out = "".join(content)
-        reasoning_out = "".join(thought) or None
         if calls:
-            yield CreateResult(
+            return CreateResult(
                 finish_reason="function_calls",
                 content=[calls[index].build() for index in sorted(calls)],
                 usage=request_usage,
                 cached=False,
-                thought=text_out or reasoning_out,
+                thought=text or reasoning,
             )
-        else:
-            yield CreateResult(
-                finish_reason=_FINISH_REASONS.get(finish_reason or "", "unknown"),  # type: ignore[arg-type]
-                content=text_out,
-                usage=request_usage,
-                cached=False,
-                thought=reasoning_out,
-            )
+        return CreateResult(
+            finish_reason=_FINISH_REASONS.get(finish_reason or "", "unknown"),  # type: ignore[arg-type]
+            content=text,
+            usage=request_usage,
+            cached=False,
+            thought=reasoning,
+        )
 
     async def create(
         self,
@@ -470,9 +789,10 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         return result
 
     async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
+        for session in (self._session, self._fresh):
+            if session is not None and not session.closed:
+                await session.close()
+        self._session = self._fresh = None
 
     def actual_usage(self) -> RequestUsage:
         return self._actual_usage

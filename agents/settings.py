@@ -40,6 +40,13 @@ class ModelSettings(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float = 10.0
     read_timeout: float = Field(300.0, description="Longest silence allowed from the upstream, in seconds.")
+    max_retries: int = Field(
+        2, ge=0, description="Retries of a call that failed before the upstream sent any answer (no connection, 429, 5xx)."
+    )
+    retry_backoff: float = Field(0.5, ge=0, description="Seconds before the first retry; doubled for each next one, with jitter.")
+    max_retry_wait: float = Field(
+        10.0, ge=0, description="Longest Retry-After (seconds) waited out; a longer one is passed on to the client at once."
+    )
     client: Literal["duet", "openai"] = Field(
         "duet",
         description="'duet': Duet's lean streaming client; 'openai': AutoGen's OpenAIChatCompletionClient (openai SDK).",
@@ -54,12 +61,17 @@ class ModelSettings(BaseModel):
 
             from autogen_ext.models.openai import OpenAIChatCompletionClient
 
+            from .errors import register_secrets
+
+            key = os.environ.get(self.api_key_env) if self.api_key_env else None
+            register_secrets([key, *self.headers.values()])  # masked in every error message and log line
             return OpenAIChatCompletionClient(
                 model=self.model,
                 base_url=self.base_url,
-                api_key=(os.environ.get(self.api_key_env) if self.api_key_env else None) or "not-needed",
+                api_key=key or "not-needed",
                 model_info=info,  # type: ignore[arg-type]
                 timeout=self.read_timeout,
+                max_retries=self.max_retries,  # the openai SDK's own policy (backoff, Retry-After up to 60 s)
                 default_headers=self.headers or None,
                 include_name_in_message=False,
                 **self.create_args,
@@ -73,6 +85,9 @@ class ModelSettings(BaseModel):
             headers=self.headers,
             connect_timeout=self.connect_timeout,
             read_timeout=self.read_timeout,
+            max_retries=self.max_retries,
+            retry_backoff=self.retry_backoff,
+            max_retry_wait=self.max_retry_wait,
         )
 
 

@@ -20,7 +20,7 @@ from agents.continuations import ContinuationStore, open_store
 from workbenches import stop_shared_servers
 
 from .auth import BearerAuth
-from .errors import as_api_error, install_error_handlers
+from .errors import as_api_error, install_error_handlers, install_secret_masking
 from .health import Readiness
 from .limits import RequestGate
 from .serving import ChatCompletionsService
@@ -103,6 +103,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     # The runtime's OpenTelemetry spans cost ~0.2 ms per request; opt back in by setting it to "false".
     os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
     logging.getLogger("autogen_core").addFilter(_DropCancellations())
+    install_secret_masking(config.api_keys)  # and the upstream keys and header values the model clients register
     auth = BearerAuth(config.api_keys)
     options = config.options
     continuations = open_store(options.state_url, timeout=options.store_timeout)  # an unwritable SQLite path stops here

@@ -3,7 +3,10 @@
 Real sockets, real HTTP/1.1, real SSE: ``POST /v1/chat/completions`` answers from a script
 (:class:`Reply` objects queued per model, or a function of the request), streams
 ``reasoning_content`` and content deltas, splits tool-call arguments into pieces, and injects
-faults on demand (HTTP errors, a dropped connection mid-stream, a stall, an error event).
+faults on demand (HTTP errors with any code, type, param and headers, an error that echoes the
+caller's key, a dropped connection mid-stream, a stall before or during the answer, an error event,
+garbage, and 200s that are not a stream: an HTML page, a plain JSON completion or error, only
+``[DONE]``).
 Every request is recorded, including whether the client hung up before the answer ended.
 
 It runs on its own event loop in a background thread, so synchronous clients (the ``openai`` SDK,
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 Fault = Literal["disconnect", "stall", "error_event", "garbage"]
+Body = Literal["html", "completion", "only_done", "error_object"]
 
 
 @dataclass
@@ -53,6 +57,12 @@ class Reply:
     reasoning_field: str = "reasoning_content"
     status: int = 200
     error_message: str = "scripted failure"
+    error_code: str | int | None = None  # the error object's "code" (default: the HTTP status)
+    error_type: str = "scripted"
+    error_param: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers (e.g. Retry-After)
+    echo_key: bool = False  # put the request's Authorization header into the error message (a careless upstream)
+    body: Body | None = None  # a 200 that is not a stream: an HTML page, a plain chat.completion, an error object; or only [DONE]
     delay: float = 0.0  # before the response starts
     delay_between: float = 0.0  # between two chunks
     fault: Fault | None = None
@@ -71,6 +81,7 @@ class RecordedRequest:
     received_at: float
     finished_at: float | None = None
     aborted: bool = False  # the client hung up before the answer ended
+    peer_port: int = 0  # the client's port: a new port is a new connection
     ended: threading.Event = field(default_factory=threading.Event)
     bytes_written: int = 0  # of the streamed body, handed to the socket so far
     stalled_since: float | None = None  # a write has waited since then for the client to take it (monotonic)
@@ -108,6 +119,7 @@ class ScriptedUpstream:
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[asyncio.StreamWriter] = set()
+        self.models_reply: Reply | None = None  # how GET /models answers (its status, delay, ...); None: a list
 
     # -- scripting -----------------------------------------------------------------------------
     def script(self, model: str, *replies: Reply | Responder) -> None:
@@ -123,6 +135,7 @@ class ScriptedUpstream:
             self._scripts.clear()
             self.requests.clear()
             self._responder = default_responder
+            self.models_reply = None
 
     def requests_for(self, model: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.model == model]
@@ -185,6 +198,7 @@ class ScriptedUpstream:
     # -- HTTP ----------------------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
+        peer_port = writer.get_extra_info("peername")[1]
         try:
             while True:
                 request_line = await reader.readline()
@@ -199,7 +213,7 @@ class ScriptedUpstream:
                     key, _, value = line.decode("latin-1").partition(":")
                     headers[key.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                if not await self._respond(method, path, headers, body, reader, writer):
+                if not await self._respond(method, path, headers, body, reader, writer, peer_port):
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
@@ -208,19 +222,34 @@ class ScriptedUpstream:
             writer.close()
 
     @staticmethod
-    def _head(status: int, content_type: str, length: int | None = None) -> bytes:
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests"}.get(
-            status, "Error"
-        )
+    def _head(status: int, content_type: str, length: int | None = None, headers: dict[str, str] | None = None) -> bytes:
+        reason = {
+            200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Payload Too Large",
+            422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable",
+        }.get(status, "Error")
         framing = f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
-        return f"HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n{framing}\r\n\r\n".encode()
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+        return f"HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n{framing}\r\n{extra}\r\n".encode()
 
     async def _respond(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        raw: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer_port: int = 0,
     ) -> bool:
         if method == "GET" and path.endswith("/models"):
-            payload = json.dumps({"object": "list", "data": []}).encode()
-            writer.write(self._head(200, "application/json", len(payload)) + payload)
+            reply = self.models_reply or Reply()
+            if reply.delay and await _closed_within(reader, reply.delay):
+                return False
+            if reply.status != 200:
+                payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
+            else:
+                payload = json.dumps({"object": "list", "data": [{"id": model, "object": "model"} for model in self._scripts]}).encode()
+            writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
             await writer.drain()
             return True
         if method != "POST" or not path.endswith("/chat/completions"):
@@ -229,7 +258,9 @@ class ScriptedUpstream:
             await writer.drain()
             return True
         body = json.loads(raw)
-        record = RecordedRequest(model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic())
+        record = RecordedRequest(
+            model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic(), peer_port=peer_port
+        )
         self.requests.append(record)
         reply = self._next_reply(body)
         if reply.drop_connection:
@@ -243,9 +274,12 @@ class ScriptedUpstream:
                     record.aborted = True
                     return False
             if reply.status != 200:
-                payload = json.dumps({"error": {"message": reply.error_message, "type": "scripted", "code": reply.status}}).encode()
-                writer.write(self._head(reply.status, "application/json", len(payload)) + payload)
+                payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
+                writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
                 await writer.drain()
+                return True
+            if reply.body is not None:
+                await self._odd_body(body, reply, headers, writer)
                 return True
             if not body.get("stream"):
                 payload = json.dumps(self._completion(body, reply)).encode()
@@ -261,6 +295,28 @@ class ScriptedUpstream:
         finally:
             record.finished_at = time.monotonic()
             record.ended.set()
+
+    @staticmethod
+    def _error(reply: Reply, headers: dict[str, str], status: int) -> dict[str, Any]:
+        message = reply.error_message
+        if reply.echo_key:
+            message += f" (you sent: {headers.get('authorization', 'no key')})"
+        code = reply.error_code if reply.error_code is not None else (status if status != 200 else None)
+        return {"message": message, "type": reply.error_type, "param": reply.error_param, "code": code}
+
+    async def _odd_body(self, body: dict[str, Any], reply: Reply, headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+        """A 200 that is not the event stream that was asked for."""
+        content_type = "application/json"
+        if reply.body == "html":
+            payload, content_type = b"<html><head><title>Welcome to nginx</title></head><body>It works.</body></html>", "text/html"
+        elif reply.body == "completion":  # an upstream that ignores "stream": true
+            payload = json.dumps(self._completion(body, reply)).encode()
+        elif reply.body == "error_object":
+            payload = json.dumps({"object": "error", **self._error(reply, headers, 200)}).encode()
+        else:  # "only_done"
+            payload, content_type = b"data: [DONE]\n\n", "text/event-stream"
+        writer.write(self._head(200, content_type, len(payload), reply.headers) + payload)
+        await writer.drain()
 
     def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
         if reply.usage is not None:

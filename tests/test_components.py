@@ -136,7 +136,7 @@ def test_serve_team_round_trip(team_duet: DuetServer, upstream: ScriptedUpstream
 
 def test_serve_team_errors_and_cancellation(team_duet: DuetServer, upstream: ScriptedUpstream) -> None:
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    upstream.script(REASONER, Reply(status=500, error_message="reasoner down"))
+    upstream.script(REASONER, *[Reply(status=500, error_message="reasoner down")] * 3)  # the first try and two retries
     response = httpx.post(f"{team_duet.base_url}/v1/chat/completions", json={"model": "studio-duet", "messages": QUESTION}, headers=headers)
     assert response.status_code == 502 and "reasoner down" in response.json()["error"]["message"]
 

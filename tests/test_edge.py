@@ -362,10 +362,6 @@ def test_not_ready_while_the_state_store_is_down(upstream: ScriptedUpstream, tmp
 
 
 def test_not_ready_while_an_upstream_is_unreachable_when_probed(upstream: ScriptedUpstream, tmp_path: Path) -> None:
-    from agents.model_client import OpenAICompatibleClient
-
-    if not hasattr(OpenAICompatibleClient, "check_ready"):
-        pytest.skip("the model client cannot probe its server yet (check_ready comes with the upstream work)")
     env = {**pipeline_env(upstream), "DUET_READY_PROBE_UPSTREAMS": "true", "DUET_STORE_TIMEOUT": "0.5",
            "DUET_ANSWER_BASE_URL": f"http://127.0.0.1:{free_port()}/v1"}
     server = DuetServer([], env, tmp_path / "duet.log")

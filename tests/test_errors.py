@@ -80,16 +80,20 @@ def test_unknown_route_and_method(http: httpx.Client) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_http_error_before_the_first_byte(http: httpx.Client, upstream: ScriptedUpstream, stream: bool) -> None:
+    """Duet's own upstream key is wrong: a 502 that says so, never a 401 blaming the client's key."""
     upstream.script(REASONER, Reply(status=401, error_message="Invalid API key for deepseek"))
     response = http.post("/v1/chat/completions", json={"model": "duet", "stream": stream, "messages": USER})
-    error = assert_error(response, 502, "upstream_error")
-    assert "Invalid API key for deepseek" in error["message"] and "401" in error["message"]
+    error = assert_error(response, 502, "upstream_auth")
+    assert error["message"] == f"reasoning model {REASONER} answered HTTP 401: Invalid API key for deepseek"
     assert upstream.requests_for(ANSWER) == []
 
 
 def test_upstream_error_of_the_answer_model(http: httpx.Client, upstream: ScriptedUpstream) -> None:
-    upstream.script(ANSWER, Reply(status=500, error_message="model crashed"))
-    assert "model crashed" in assert_error(http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}), 502)["message"]
+    """A 5xx is retried (twice by default), then passed on as a 502."""
+    upstream.script(ANSWER, *[Reply(status=500, error_message="model crashed")] * 3)
+    error = assert_error(http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}), 502, "upstream_error")
+    assert error["message"] == f"answer model {ANSWER} answered HTTP 500: model crashed"
+    assert len(upstream.requests_for(ANSWER)) == 3
 
 
 def test_unreachable_upstream(duet: DuetServer, upstream: ScriptedUpstream, tmp_path: Any) -> None:
@@ -102,7 +106,7 @@ def test_unreachable_upstream(duet: DuetServer, upstream: ScriptedUpstream, tmp_
     server = DuetServer(["--config", str(config)], {}, tmp_path / "dead.log")
     try:
         response = httpx.post(f"{server.base_url}/v1/chat/completions", json={"model": "dead", "messages": USER})
-        assert "cannot reach" in assert_error(response, 502, "upstream_unavailable")["message"]
+        assert "model x cannot be reached: connection refused" in assert_error(response, 503, "upstream_unavailable")["message"]
     finally:
         server.stop()
 
@@ -157,8 +161,8 @@ def test_server_stays_healthy_after_failures(duet: DuetServer, http: httpx.Clien
 def test_stock_client_pipeline_maps_upstream_errors(http: httpx.Client, upstream: ScriptedUpstream) -> None:
     """A pipeline on AutoGen's OpenAIChatCompletionClient: the openai SDK's errors get the same statuses."""
     upstream.script(REASONER, Reply(status=401, error_message="bad upstream key"))
-    error = assert_error(http.post("/v1/chat/completions", json={"model": "duet-stock-client", "messages": USER}), 502, "upstream_error")
-    assert "bad upstream key" in error["message"]
+    error = assert_error(http.post("/v1/chat/completions", json={"model": "duet-stock-client", "messages": USER}), 502, "upstream_auth")
+    assert error["message"] == f"reasoning model {REASONER} answered HTTP 401: bad upstream key"
 
 
 def test_bad_requests_are_not_logged_as_crashes(http: httpx.Client, duet: DuetServer) -> None:

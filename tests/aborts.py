@@ -1,0 +1,98 @@
+"""Clients that hang up at a chosen point of a request, over raw sockets (the point is the socket).
+
+Used by the leak test (``tests/test_leaks.py``) and the memory benchmark (``bench/abort_memory.py``).
+A pipeline serving these needs the scripted upstream answering with :func:`abort_responder` and
+the service tool :func:`slow_lookup`; the user message names the point at which the client leaves:
+
+- ``before_first_byte``: the reasoning model is still silent; Duet has written nothing yet;
+- ``reasoning``: the reasoning streams;
+- ``answer``: the answer streams;
+- ``service_tool``: a service tool runs;
+- ``non_stream``: a non-streamed request, while the reasoning model works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from tests.scripted_upstream import Reply, ScriptedCall
+from workbenches import service_tool
+
+ABORT_POINTS = ("before_first_byte", "reasoning", "answer", "service_tool", "non_stream")
+
+# What the client reads before it hangs up (None: it waits a moment without reading).
+_READ_UNTIL: dict[str, bytes | None] = {
+    "before_first_byte": None,
+    "reasoning": b'"reasoning_content":"step',
+    "answer": b'"content":"word',
+    "service_tool": b"[calling slow_lookup",
+    "non_stream": None,
+}
+
+
+@service_tool(timeout=5)
+async def slow_lookup(query: str) -> str:
+    """Looks something up, slowly (a client hangs up meanwhile)."""
+    await asyncio.sleep(1.0)
+    return f"found {query}"
+
+
+def abort_responder(body: dict[str, Any]) -> Reply:
+    """The scripted upstream's answers: slow where the client is meant to leave."""
+    messages = body.get("messages", [])
+    point = next((p for p in ABORT_POINTS if p in json.dumps(messages[-1:])), "answer")
+    reasoner = "r1" in body.get("model", "")
+    if any(m.get("role") == "tool" for m in messages):
+        return Reply(content=["done"])
+    if reasoner:
+        if point == "before_first_byte":
+            return Reply(reasoning=["late"], delay=30)
+        if point in ("reasoning", "non_stream"):
+            return Reply(reasoning=[f"step{i} " for i in range(100)], delay_between=0.02)
+        return Reply(reasoning=["quick."])
+    if point == "service_tool":
+        return Reply(tool_calls=[ScriptedCall("slow_lookup", '{"query": "x"}')])
+    return Reply(content=[f"word{i} " for i in range(100)], delay_between=0.02)
+
+
+def _request(model: str, point: str, api_key: str) -> bytes:
+    body = json.dumps({"model": model, "stream": point != "non_stream", "messages": [{"role": "user", "content": point}]}).encode()
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: duet\r\nAuthorization: Bearer {api_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def abort_once(port: int, model: str, point: str, api_key: str, timeout: float = 10.0) -> None:
+    """Sends one request and hangs up at ``point``."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_request(model, point, api_key))
+        await writer.drain()
+        marker = _READ_UNTIL[point]
+        if marker is None:
+            await asyncio.sleep(0.05)
+            return
+        received = b""
+        async with asyncio.timeout(timeout):
+            while marker not in received:
+                data = await reader.read(65536)
+                if not data:
+                    raise AssertionError(f"the server closed the stream before {point!r}: {received[-500:]!r}")
+                received = received[-len(marker) - 65536 :] + data
+    finally:
+        writer.transport.abort()  # a hang-up, not a polite close
+
+
+async def abort_many(port: int, model: str, count: int, api_key: str, concurrency: int = 16) -> None:
+    """``count`` hang-ups, spread evenly over every point, ``concurrency`` at a time."""
+    points = [ABORT_POINTS[i % len(ABORT_POINTS)] for i in range(count)]
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(point: str) -> None:
+        async with gate:
+            await abort_once(port, model, point, api_key)
+
+    await asyncio.gather(*(one(point) for point in points))

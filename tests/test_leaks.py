@@ -1,0 +1,140 @@
+"""A request's objects die with it: 1,000 hang-ups at every point of a request leave nothing behind.
+
+Duet is served by uvicorn on a thread of the test process (real HTTP on 127.0.0.1, the scripted
+upstream on another thread), so the test can collect garbage and count what is still alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import logging
+import threading
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from agents import AnswerSettings, PipelineSettings, ReasonerSettings
+from api.app import ServiceConfig, create_app
+from api.settings import ServiceOptions
+from tests.aborts import ABORT_POINTS, abort_many, abort_responder
+from tests.conftest import free_port, wait_for_port
+from tests.scripted_upstream import ScriptedUpstream
+from workbenches import ToolsSettings
+
+KEY = "leak-key"
+
+# Objects that belong to one request; none may survive it (a few pooled, idle teams aside).
+REQUEST_TYPES = (
+    "DuetRun", "DuetStream", "_EventSource", "_EventChannel", "CancellationToken", "HandoffMessage", "TextMessage",
+    "UserMessage", "SystemMessage", "DuetWorkbench", "ProxyTool", "RoundRobinGroupChat", "LeanAgentRuntime",
+    "ReasoningAgent", "AnswerAgent", "ClientResponse", "StreamReader", "Task", "Failed",
+)
+
+
+class InProcessDuet:
+    """``create_app`` served by uvicorn on a background thread of this process."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._gc_threshold = gc.get_threshold()
+        app = create_app(config)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, name="duet-in-process", daemon=True)
+        self.thread.start()
+        wait_for_port(self.port)
+
+    def health(self) -> dict[str, int]:
+        return httpx.get(f"{self.base_url}/health", timeout=5).json()  # type: ignore[no-any-return]
+
+    def settle(self, baseline_tasks: int, timeout: float = 20) -> None:
+        """Until no request is in flight and the server's tasks are back to ``baseline_tasks``."""
+        deadline = time.monotonic() + timeout
+        health = self.health()
+        while (health["in_flight"] or health["tasks"] > baseline_tasks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            health = self.health()
+        assert health["in_flight"] == 0 and health["tasks"] <= baseline_tasks, health
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        gc.unfreeze()  # the app's lifespan froze this whole process's objects
+        gc.set_threshold(*self._gc_threshold)
+
+
+class _TracebacksAsText(logging.Filter):
+    """pytest keeps the log records of a test until it ends, and a record's ``exc_info`` holds a
+    traceback whose frames hold a request: keep the text, drop the frames (or the test would count
+    what pytest holds)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            record.exc_text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        return True
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[InProcessDuet, ScriptedUpstream]]:
+    handlers = list(logging.getLogger().handlers)
+    as_text = _TracebacksAsText()
+    for handler in handlers:
+        handler.addFilter(as_text)
+    with ScriptedUpstream(responder=abort_responder) as upstream:
+        pipeline = PipelineSettings(
+            name="duet",
+            reasoner=ReasonerSettings(base_url=upstream.base_url, model="abort-r1"),
+            answer=AnswerSettings(base_url=upstream.base_url, model="abort-answer"),
+            tools=ToolsSettings(functions=["tests.aborts:slow_lookup"]),  # type: ignore[list-item]
+        )
+        duet = InProcessDuet(ServiceConfig([pipeline], api_keys=[KEY], options=ServiceOptions(ping_interval=0.5)))
+        try:
+            yield duet, upstream
+        finally:
+            duet.stop()
+            for handler in handlers:
+                handler.removeFilter(as_text)
+
+
+def census() -> collections.Counter[str]:
+    """Live objects by type name after a full collection, and their total."""
+    gc.collect()
+    objects = gc.get_objects()
+    counts = collections.Counter(type(o).__name__ for o in objects)
+    counts["(total)"] = len(objects)
+    del objects
+    return counts
+
+
+def growth(before: collections.Counter[str], after: collections.Counter[str]) -> dict[str, int]:
+    names = ("(total)", "frame", "traceback", "coroutine", *REQUEST_TYPES)
+    return {name: after[name] - before[name] for name in names if after[name] != before[name]}
+
+
+def test_a_thousand_hang_ups_leave_nothing_behind(served: tuple[InProcessDuet, ScriptedUpstream]) -> None:
+    duet, upstream = served
+    baseline_tasks = duet.health()["tasks"]
+    # Warm up: every code path runs once, caches fill, the team pool holds what it keeps.
+    asyncio.run(abort_many(duet.port, "duet", 100, KEY))
+    duet.settle(baseline_tasks)
+    upstream.requests.clear()
+    before = census()
+
+    asyncio.run(abort_many(duet.port, "duet", 1000, KEY))
+    duet.settle(baseline_tasks)
+    assert len(upstream.requests) >= 1000 * 4 // len(ABORT_POINTS)  # the hang-ups did reach the upstream
+    upstream.requests.clear()
+    after = census()
+
+    grown = growth(before, after)
+    print("growth over 1,000 hang-ups:", grown)
+    # Bounded, not proportional to the hang-ups: a leak of one object per hang-up is 1,000.
+    assert grown.get("frame", 0) < 20 and grown.get("traceback", 0) < 20, grown
+    assert all(grown.get(name, 0) < 50 for name in REQUEST_TYPES), grown
+    assert grown.get("(total)", 0) < 3000, grown
