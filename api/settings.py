@@ -25,7 +25,7 @@ class ServiceOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
-    state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path or redis://host:port/db.")
+    state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path, redis://host:port/db or memory:// (one process only).")
     store_timeout: float = Field(DEFAULT_STORE_TIMEOUT, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
@@ -34,18 +34,18 @@ class ServiceOptions(BaseModel):
     max_tools: int = Field(128, gt=0, description="Most tools in one request, as OpenAI allows (400 above it).")
     # Connections and concurrency
     max_concurrent_requests: int = Field(256, gt=0, description="Completions running at once; more get 503 with Retry-After.")
-    max_connections: int = Field(1000, gt=0, description="Open client connections; more are closed at once.")
+    max_connections: int = Field(1000, gt=0, description="Open client connections; at the cap the one slowest to send its head (else an idle kept-alive one) is closed to make room, else the new one. Lowered to fit the open-file limit.")
     header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request's head.")
-    body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's body (408 after).")
+    body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's body (408 after); also how long the rest of a refused body is skipped.")
     keep_alive_timeout: float = Field(
         75.0, gt=0, description="Seconds an idle keep-alive connection stays open (longer than common client pools, so the server never closes one a client is about to reuse)."
     )
     write_timeout: float = Field(30.0, gt=0, description="Seconds a stream may stay unwritable (a client that stopped reading) before it is cancelled.")
-    shutdown_timeout: float = Field(30.0, ge=0, description="On SIGTERM: seconds running requests get to finish before their streams end with an error.")
+    shutdown_timeout: float = Field(30.0, ge=0, description="On SIGTERM or SIGINT: seconds running requests get to finish; then each stream ends with one error event, other requests get 503.")
     # Surface
     docs: bool = Field(False, description="Serve /docs, /redoc and /openapi.json.")
-    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Origins allowed to call from a browser (none by default).")
-    ready_probe_upstreams: bool = Field(False, description="/health/ready also asks each upstream's /models (cached).")
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Comma-separated origins allowed to call from a browser; empty: no CORS headers at all.")
+    ready_probe_upstreams: bool = Field(False, description="/health/ready also asks each distinct upstream's /models (cached a few seconds).")
 
     @field_validator("cors_origins", mode="before")
     @classmethod

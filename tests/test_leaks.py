@@ -50,7 +50,8 @@ class InProcessDuet:
         wait_for_port(self.port)
 
     def health(self) -> dict[str, int]:
-        return httpx.get(f"{self.base_url}/health", timeout=5).json()  # type: ignore[no-any-return]
+        """The keyed readiness details (in flight, tasks)."""
+        return httpx.get(f"{self.base_url}/health/ready", headers={"Authorization": f"Bearer {KEY}"}, timeout=5).json()  # type: ignore[no-any-return]
 
     def settle(self, baseline_tasks: int, timeout: float = 20) -> None:
         """Until no request is in flight and the server's tasks are back to ``baseline_tasks``."""
