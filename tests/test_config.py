@@ -114,6 +114,16 @@ def test_the_example_config_parses() -> None:
     assert all(isinstance(p, PipelineSettings) for p in config.pipelines)
 
 
+def test_every_service_wide_setting_is_documented() -> None:
+    """The README's table names each setting as a variable and a YAML key, and the file accepts the key."""
+    from api.settings import ConfigFile, ServiceOptions
+
+    readme = (ROOT / "README.md").read_text()
+    for name in ServiceOptions.model_fields:
+        assert f"| `DUET_{name.upper()}` | `{name}` |" in readme, name
+        assert name in ConfigFile.model_fields, name
+
+
 def test_docker_compose_matches_the_code() -> None:
     """No Docker engine runs here: check that the file parses and that what it runs exists."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
