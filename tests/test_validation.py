@@ -186,7 +186,7 @@ def test_nesting_at_the_limit_reaches_the_answer_model_intact(http: httpx.Client
 @pytest.mark.parametrize("padding", [0, 100 * 1024, 2 * 1024 * 1024], ids=["small body", "large body", "body of 2 MiB"])
 @pytest.mark.parametrize(("levels", "status"), [(128, 200), (129, 400)])
 def test_the_depth_limit_is_128_levels(http: httpx.Client, upstream: ScriptedUpstream, padding: int, levels: int, status: int) -> None:
-    """Small bodies are checked after parsing, large ones (over 64 KiB) before: the same limit."""
+    """One check, once parsed, whatever the size (large bodies, over 64 KiB, are parsed in a worker thread)."""
     payload = with_deep(body(messages=[{"role": "user", "content": "x" * padding}], extra="DEEP"), levels - 1)  # the body is a level
     response = http.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text[:300]
