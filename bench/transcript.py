@@ -4,12 +4,16 @@ The case is the largest a client may send within the limits: 4,096 user messages
 30 MB). Every conversion runs on the event loop, so its time is how long every other client waits.
 Prints the best of ``--repeat`` runs, in milliseconds, for each conversion.
 
-Run from the repository root: ``.venv/bin/python bench/transcript.py``.
+Run from the repository root: ``.venv/bin/python bench/transcript.py``. With ``--http``, also over
+HTTP: a fresh ``duet serve`` (scripted upstream) gets that conversation, answered, while a probe
+client sends ``GET /v1/models`` back to back; the probe's worst latency is how long every other
+client waited (the harness of ``bench/large_body.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, UserMessage
@@ -32,6 +36,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=4096)
     parser.add_argument("--size", type=int, default=7 * 1024, help="characters per message")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--http", action="store_true", help="also send it to duet serve while probing its event loop")
     args = parser.parse_args()
     messages = [{"role": "user", "content": "x" * args.size} for _ in range(args.messages)]
     conversation = conversation_from_openai(messages)
@@ -45,6 +50,12 @@ def main() -> None:
     tail = [*conversation, call, results]
     continuation = Continuation(turn=[call, results], reasoning="")
     print(f"splice                    {best_ms(lambda: splice(tail, len(conversation), continuation), args.repeat):9.1f} ms")
+    if args.http:
+        from large_body import run_case  # this directory is on the path when the script runs
+
+        r = run_case("answered", json.dumps({"model": "duet", "messages": messages}).encode())
+        print(f"over HTTP: {r['body_mb']:.1f} MB -> HTTP {r['status']} in {r['request_s'] * 1000:.0f} ms; probe worst "
+              f"{r['probe_max_ms']:.0f} ms (idle worst {r['probe_idle_max_ms']:.0f} ms, p50 {r['probe_p50_ms']:.1f} ms, n={r['probes']})")
 
 
 if __name__ == "__main__":
