@@ -8,8 +8,9 @@ into the conversation when a follow-up carries those ids.
 
 SQLite (a file, the default) or Redis (``redis://``, shared by several replicas); entries expire.
 The store is an optimisation of answer quality, never a reason to fail a request: :func:`open_store`
-wraps it in a :class:`GuardedStore`, which bounds every call by a timeout and turns faults into
-:class:`StoreUnavailable` (reported once per outage), so a round goes on without its hidden part.
+and ``Duet`` (for a store passed in from Python) wrap it in a :class:`GuardedStore`, which bounds
+every call by a timeout and turns faults into :class:`StoreUnavailable` (reported once per outage),
+so a round goes on without its hidden part.
 """
 
 from __future__ import annotations
@@ -340,12 +341,12 @@ class GuardedStore(ContinuationStore):
 
 def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> ContinuationStore:
     """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``redis://host:port/db`` or
-    ``memory://``. SQLite and Redis come guarded (:class:`GuardedStore`): each call takes at most
-    ``timeout`` seconds, and a fault raises :class:`StoreUnavailable`. Raises
+    ``memory://``, guarded (:class:`GuardedStore`): each call takes at most ``timeout`` seconds, and
+    a fault raises :class:`StoreUnavailable`. Raises
     :class:`StoreOpenError` when a SQLite file cannot be created or written."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
-        return MemoryContinuationStore(ttl)  # in the process: nothing to time out
+        return GuardedStore(MemoryContinuationStore(ttl), timeout)  # cheap, and every store has one guard
     if scheme == "sqlite":
         return GuardedStore(SQLiteContinuationStore(url.removeprefix("sqlite:///"), ttl, timeout=timeout), timeout)
     if scheme in ("redis", "rediss", "unix"):

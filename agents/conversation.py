@@ -257,22 +257,29 @@ def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
     """The conversation with tool calls and results written out as text, consecutive turns of
     one role merged: what a reasoning model without tool support (DeepSeek-R1) accepts."""
     out: list[LLMMessage] = []
+    run_role = ""
+    run: list[str] = []  # the texts of the current run of one role, joined once when it ends
+
+    def end_run() -> None:
+        if run:
+            text = "\n\n".join(run)
+            out.append(UserMessage(content=text, source="user") if run_role == "user"
+                       else AssistantMessage(content=text, source="assistant"))
+            run.clear()
 
     def add(role: str, text: str) -> None:
+        nonlocal run_role
         if not text:
             return
-        last = out[-1] if out else None
-        if role == "user" and isinstance(last, UserMessage) and isinstance(last.content, str):
-            out[-1] = UserMessage(content=f"{last.content}\n\n{text}", source="user")
-        elif role == "assistant" and isinstance(last, AssistantMessage) and isinstance(last.content, str):
-            out[-1] = AssistantMessage(content=f"{last.content}\n\n{text}", source="assistant")
-        elif role == "user":
-            out.append(UserMessage(content=text, source="user"))
-        else:
-            out.append(AssistantMessage(content=text, source="assistant"))
+        if role != run_role:
+            end_run()
+            run_role = role
+        run.append(text)
 
     for message in without_images(conversation):
         if isinstance(message, SystemMessage):
+            end_run()
+            run_role = ""
             out.append(message)
         elif isinstance(message, UserMessage):
             add("user", message.content if isinstance(message.content, str) else "\n".join(map(str, message.content)))
@@ -285,4 +292,5 @@ def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
                 add("assistant", "\n".join(lines))
         elif isinstance(message, FunctionExecutionResultMessage):
             add("user", "\n\n".join(f"[tool {r.name} returned]\n{r.content}" for r in message.content))
+    end_run()
     return out

@@ -23,7 +23,15 @@ from workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, 
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT, REASONING_METADATA, workbench_from_config
-from .continuations import Continuation, ContinuationStore, MemoryContinuationStore, StoreUnavailable, splice, tool_rounds
+from .continuations import (
+    Continuation,
+    ContinuationStore,
+    GuardedStore,
+    MemoryContinuationStore,
+    StoreUnavailable,
+    splice,
+    tool_rounds,
+)
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results, last_user_text
 from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
@@ -278,7 +286,10 @@ class Duet:
         self.name = name
         self.reasoning_output: ReasoningOutput = reasoning_output
         self.services = services or ServiceTools()
-        self.continuations = continuations or MemoryContinuationStore()
+        store = continuations or MemoryContinuationStore()
+        # Guarded whatever it is (a store passed in from Python, memory://): a fault or a hang costs a
+        # round its hidden part, bounded and logged once per outage, never the request.
+        self.continuations = store if isinstance(store, GuardedStore) else GuardedStore(store)
         self._team_builder = team_builder  # fresh teams on an embedded runtime, for new_team()
         self._pool = TeamPool(team_factory, max_idle_teams)
         self._model_clients = list(model_clients)
@@ -487,9 +498,6 @@ class Duet:
                 continuation = await self.continuations.get(self._key(call_id) for call_id in call_ids)
             except StoreUnavailable:  # the store reports its outage once; this round goes on without it
                 break
-            except Exception as exc:  # a store without a guard: one line, not a traceback per request
-                logger.warning("could not read the state of tool calls %s: %s", ", ".join(call_ids), exc)
-                break
             if continuation is None:
                 if any(DUET_CALL_ID.match(call_id) for call_id in call_ids):
                     logger.warning("no saved state for tool calls %s (expired, or another store): continuing without "
@@ -509,8 +517,6 @@ class Duet:
             await self.continuations.put([self._key(i) for i in client_ids], Continuation(turn=list(turn), reasoning=reasoning))
         except StoreUnavailable:  # the store reports its outage once; the client still gets its calls
             pass
-        except Exception as exc:  # a store without a guard: one line, not a traceback per request
-            logger.warning("could not save the state of tool calls %s: %s", ", ".join(client_ids), exc)
 
     async def _settle(self, slot: TeamSlot, clean: bool) -> None:
         """Resets a team that finished cleanly and returns it to the pool; closes any other."""

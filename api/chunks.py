@@ -1,7 +1,9 @@
 """``chat.completion.chunk`` events as bytes, framed exactly as Dify's parser needs them.
 
 One event is ``data: <one-line JSON>\\n\\n``; keep-alives are their own ``: ping\\n\\n`` block;
-nothing else (no ``event:``/``id:`` lines, no ``\\r\\n``) — see ``../shared/design/dify-contract.md``.
+nothing else. Dify's parser splits the body on the literal blank line ``\\n\\n`` and drops blocks
+that start with ``:``: ``\\r\\n`` separators, a single ``\\n`` between events, ``event:``/``id:``
+lines or multi-line ``data:`` make it drop the answer (tool calls included) without an error.
 The fixed part of every chunk (id, created, model) is rendered once per response, so a delta
 costs one ``json.dumps`` of its text.
 """

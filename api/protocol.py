@@ -41,8 +41,12 @@ class FunctionDefinition(_Lenient):
             return None
         if "type" in parameters and parameters["type"] != "object":
             raise ValueError("must be a JSON Schema of type 'object'")
-        if not isinstance(parameters.get("properties", {}), dict):
+        properties = parameters.get("properties", {})
+        if not isinstance(properties, dict):
             raise ValueError("properties must be an object")
+        for name, schema in properties.items():  # JSON Schema: each is an object or a boolean
+            if not isinstance(schema, (dict, bool)):
+                raise ValueError(f"properties.{name[:100]} must be a JSON Schema (an object or a boolean)")
         required = parameters.get("required", [])
         if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
             raise ValueError("required must be a list of property names")

@@ -93,6 +93,8 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
 
     # Legacy clients send functions and function_call; a client without tools may send either choice.
     legacy = request.tools is None and (request.functions is not None or request.tool_choice is None)
+    if legacy and request.tool_choice not in (None, "auto"):  # it would be dropped: function_call decides here
+        raise APIError(400, "tool_choice applies to tools; with functions, use function_call", param="tool_choice")
     choice = request.function_call if legacy else request.tool_choice
     param = "function_call" if legacy else "tool_choice"
     tool_choice = "auto"

@@ -71,26 +71,22 @@ def _check_depth(raw: bytes, body: Any) -> None:
         if depth > MAX_JSON_DEPTH:
             raise _too_deep()
         for item in value.values() if type(value) is dict else value:
-            if type(item) is dict or type(item) is list:
+            # An empty one nests no further: pushed only when it alone would be too deep.
+            if (type(item) is dict or type(item) is list) and (item or depth >= MAX_JSON_DEPTH):
                 push((item, depth + 1))
 
 
 def _scan_large(raw: bytes) -> None:
-    """For a large body, before it is parsed: deeper than :data:`MAX_JSON_DEPTH`, more than
-    :data:`MAX_JSON_VALUES` values, or an unterminated string? Stops at the first; lets other
-    threads run every few thousand tokens."""
-    depth = values = 0
+    """For a large body, before it is parsed: more than :data:`MAX_JSON_VALUES` values, or an
+    unterminated string? Stops at the first; lets other threads run every few thousand tokens.
+    (Depth is checked once parsed, for every body, by :func:`_check_depth`.)"""
+    values = 0
     for count, match in enumerate(_JSON_TOKENS.finditer(raw), 1):
         token = raw[match.start()]
-        if token == 0x5B or token == 0x7B:  # [ {
-            depth += 1
+        if token == 0x5B or token == 0x7B or token == 0x2C:  # [ { ,
             values += 1
-            if depth > MAX_JSON_DEPTH:
-                raise _too_deep()
-        elif token == 0x5D or token == 0x7D:  # ] }
-            depth -= 1
-        elif token == 0x2C:  # ,
-            values += 1
+        elif token == 0x5D or token == 0x7D:  # ] }: nothing to count
+            pass
         elif raw[match.end() - 1] != 0x22 or match.end() - match.start() < 2:  # a string that never ends
             raise APIError(400, f"the body is not valid JSON: unterminated string at byte {match.start()}", code="invalid_json")
         if values > MAX_JSON_VALUES:
@@ -168,8 +164,7 @@ def _may_hold_lone_surrogates(raw: bytes) -> bool:
 
 def load_body(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or an :class:`APIError` (400) saying what is wrong with it."""
-    large = len(raw) > LARGE_BODY_BYTES
-    if large:
+    if len(raw) > LARGE_BODY_BYTES:
         _scan_large(raw)
     try:
         text = _decode(raw)
@@ -177,14 +172,13 @@ def load_body(raw: bytes) -> dict[str, Any]:
         raise APIError(400, f"the body is not valid UTF-8 (byte {exc.start})", code="invalid_json") from None
     try:
         body = json.loads(text, parse_float=_finite_float, parse_constant=_no_constants)
-    except RecursionError:  # json's own guard, for small bodies nested past the interpreter's stack
-        raise APIError(400, "the body nests arrays and objects too deeply", code="invalid_json") from None
+    except RecursionError:  # json's own guard, for a body nested past the interpreter's stack
+        raise _too_deep() from None
     except ValueError as exc:
         raise APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise APIError(400, "the body must be a JSON object", code="invalid_json")
-    if not large:
-        _check_depth(raw, body)
+    _check_depth(raw, body)
     if _may_hold_lone_surrogates(raw):
         where = _lone_surrogate_path(body)
         if where is not None:

@@ -19,7 +19,10 @@ from tests.scripted_upstream import Reply, ScriptedUpstream
 
 MAX_CHARS = 50
 MAX_SECONDS = 0.6
-STEPS = Reply(reasoning=[f"step {i:02d} " for i in range(40)], delay_between=0.05)  # 8 chars a step, 2 s in all
+STEPS = Reply(reasoning=[f"step {i:03d} " for i in range(200)], delay_between=0.05)  # 9 chars a step, 10 s in all
+# Bounds on a whole request are far from both the limit and what the reasoner would take without it,
+# so that a loaded machine neither fails them nor lets a missing limit pass.
+WELL_UNDER_THE_REASONERS_TIME = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +90,7 @@ def test_non_streamed_reasoning_is_cut_off_the_same_way(bounded_duet: DuetServer
 def test_reasoning_is_stopped_at_its_time_limit(bounded_duet: DuetServer, upstream: ScriptedUpstream, model: str) -> None:
     upstream.script(REASONER, STEPS)
     reasoning, content, took = stream(bounded_duet, model)
-    assert took < 1.5  # the reasoning alone would take 2 s
+    assert took < WELL_UNDER_THE_REASONERS_TIME  # the reasoning alone would take 10 s
     thought, note = reasoning.rsplit("\n\n", 1)
     assert note == f"[reasoning stopped after {MAX_SECONDS:g} s]"
     assert thought and "".join(STEPS.reasoning).startswith(thought)  # what came in time, nothing lost
@@ -99,9 +102,9 @@ def test_reasoning_is_stopped_at_its_time_limit(bounded_duet: DuetServer, upstre
 
 
 def test_a_reasoner_that_says_nothing_is_stopped_at_the_time_limit(bounded_duet: DuetServer, upstream: ScriptedUpstream) -> None:
-    upstream.script(REASONER, Reply(reasoning=["late"], delay=30))
+    upstream.script(REASONER, Reply(reasoning=["late"], delay=10))
     reasoning, content, took = stream(bounded_duet, "duet-quick")
-    assert took < 1.5
+    assert took < WELL_UNDER_THE_REASONERS_TIME  # its first word would come after 10 s
     assert reasoning == f"[reasoning stopped after {MAX_SECONDS:g} s]"
     assert content == "echo: think"
     reasoner_call = upstream.requests_for(REASONER)[0]

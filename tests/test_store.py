@@ -26,7 +26,7 @@ from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage
 
 from agents.continuations import Continuation, MemoryContinuationStore, SQLiteContinuationStore
 from tests.conftest import ANSWER, DUET, REASONER, ROOT, DuetServer, free_port, sse_events, stop_process, wait_for_port
-from tests.scripted_upstream import ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.test_service_tools import NOTIFY, QUESTION, answer_from_results, assert_whole_round_restored, follow_up, mixed_round
 
 STORE_TIMEOUT = 0.5
@@ -343,3 +343,49 @@ def test_ping_tells_a_reachable_store_from_a_down_or_hung_one(redis_server: dict
             await store.close()
 
     asyncio.run(main())
+
+
+# -- a store passed in from Python -----------------------------------------------------------------------
+
+
+class BrokenStore(MemoryContinuationStore):
+    """A store of the caller's own, as the Python API accepts: every read fails, or never answers."""
+
+    def __init__(self, hang: bool) -> None:
+        super().__init__()
+        self.hang = hang
+        self.reads = 0
+
+    async def get(self, call_ids: Any) -> Continuation | None:
+        self.reads += 1
+        if self.hang:
+            await asyncio.Event().wait()
+        raise ConnectionError("the caller's store is down")
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["failing", "hung"])
+def test_duet_guards_a_store_passed_in_from_python(upstream: ScriptedUpstream, hang: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """``Duet`` wraps any store it is given in the one guard: a hung read is cut at the store timeout
+    and a failing store is reported once per outage, and the follow-ups are answered all the same."""
+    from agents import AnswerSettings, Duet, PipelineSettings, ReasonerSettings
+    from agents.continuations import DEFAULT_STORE_TIMEOUT, GuardedStore
+
+    call = {"id": "call_" + "0" * 24, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    messages = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": call["id"], "content": "r"}]
+    store = BrokenStore(hang)
+    settings = PipelineSettings(reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
+                                answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER))
+
+    async def main() -> list[str]:
+        async with Duet.from_settings(settings, continuations=store) as duet:
+            answers = [(await duet.run(messages)).content for _ in range(2)]
+            assert isinstance(duet.continuations, GuardedStore) and duet.continuations.store is store
+            return answers
+
+    upstream.script(ANSWER, *[Reply(content=["answered"])] * 2)
+    start = time.monotonic()
+    assert asyncio.run(asyncio.wait_for(main(), 3 * DEFAULT_STORE_TIMEOUT)) == ["answered", "answered"]
+    assert time.monotonic() - start < 2 * DEFAULT_STORE_TIMEOUT  # the second read fails at once: the store is out
+    assert store.reads == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum(OUTAGE_WARNING in w for w in warnings) == 1, warnings

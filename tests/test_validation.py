@@ -70,6 +70,9 @@ CASES: list[tuple[str, bytes | dict[str, Any], str | None, str]] = [
      "tools.0.function.parameters", "invalid_request"),
     ("tool parameters required not a list", body(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "x"}}}]),
      "tools.0.function.parameters", "invalid_request"),
+    ("tool property not a schema", body(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": 5}}}}]),
+     "tools.0.function.parameters", "invalid_request"),
+    ("functions with tool_choice required", body(functions=[tool("f")["function"]], tool_choice="required"), "tool_choice", None),
     ("tool type not function", body(tools=[{"type": "retrieval", "function": {"name": "f"}}]), "tools.0.type", "invalid_request"),
     ("129 tools", body(tools=[tool(f"t{i}") for i in range(129)]), "tools", "too_many_items"),
     ("129 functions", body(functions=[tool(f"t{i}")["function"] for i in range(129)]), "functions", "too_many_items"),
@@ -147,10 +150,13 @@ def test_refused_before_any_model_runs(
         body(tools=[{"type": "function", "function": {"name": "kb.search", "parameters": {}}}]),  # no type: lenient; odd name: aliased
         body(tools=[tool(f"t{i}") for i in range(128)], tool_choice="required"),
         body(tool_choice="auto"),  # Dify's last round: tool history, no tools
+        body(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": True, "b": {}}}}}]),
+        body(functions=[tool("f")["function"]], tool_choice="auto", function_call="auto"),
         body(extra=json.loads(nested(100))),  # deep, but not too deep
     ],
     ids=["stream null", "include_usage null", "all nullable fields null", "escaped emoji pair", "limits at their edge",
-         "json_schema", "lenient tool schema", "128 tools", "tool_choice auto without tools", "100 levels"],
+         "json_schema", "lenient tool schema", "128 tools", "tool_choice auto without tools", "boolean property schemas",
+         "functions with tool_choice auto", "100 levels"],
 )
 def test_accepted(http: httpx.Client, upstream: ScriptedUpstream, payload: dict[str, Any]) -> None:
     response = http.post("/v1/chat/completions", content=json.dumps(payload).encode(), headers={"content-type": "application/json"})
@@ -180,7 +186,7 @@ def test_nesting_at_the_limit_reaches_the_answer_model_intact(http: httpx.Client
 @pytest.mark.parametrize("padding", [0, 100 * 1024, 2 * 1024 * 1024], ids=["small body", "large body", "body of 2 MiB"])
 @pytest.mark.parametrize(("levels", "status"), [(128, 200), (129, 400)])
 def test_the_depth_limit_is_128_levels(http: httpx.Client, upstream: ScriptedUpstream, padding: int, levels: int, status: int) -> None:
-    """Small bodies are checked after parsing, large ones (over 64 KiB) before: the same limit."""
+    """One check, once parsed, whatever the size (large bodies, over 64 KiB, are parsed in a worker thread)."""
     payload = with_deep(body(messages=[{"role": "user", "content": "x" * padding}], extra="DEEP"), levels - 1)  # the body is a level
     response = http.post("/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text[:300]
