@@ -185,7 +185,7 @@ class EventStreamResponse(Response):
                     self.write_timed_out = True
                     writer.cancel()
                     return
-                wait = (self._ping_interval if since < self._ping_interval else self._write_timeout) - since
+                wait = self._write_timeout - since
             elif since >= self._ping_interval:
                 if self._finished:
                     return
@@ -199,5 +199,6 @@ class EventStreamResponse(Response):
                     return
                 continue
             else:
-                wait = self._ping_interval - since
+                # Also awake by the time a write that begins now may have waited too long.
+                wait = min(self._ping_interval - since, self._write_timeout)
             await asyncio.sleep(wait)

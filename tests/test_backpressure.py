@@ -114,3 +114,24 @@ def test_a_slow_reader_still_gets_everything(patient_duet: DuetServer, upstream:
     assert received.count(b"lorem") >= (pieces - 1) * 800
     answer_call = upstream.requests_for(ANSWER)[0]
     assert answer_call.ended.wait(5) and not answer_call.aborted
+
+
+def test_a_write_timeout_shorter_than_the_ping_interval_is_kept(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """A blocked write is given up after write_timeout, even when no ping is due for much longer."""
+    write_timeout, ping_interval = 1.0, 10.0
+    server = DuetServer([], {"DUET_REASONER_BASE_URL": upstream.base_url, "DUET_REASONER_MODEL": REASONER,
+                             "DUET_ANSWER_BASE_URL": upstream.base_url, "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": API_KEY,
+                             "DUET_WRITE_TIMEOUT": str(write_timeout), "DUET_PING_INTERVAL": str(ping_interval)},
+                        tmp_path / "duet.log")
+    try:
+        upstream.script(ANSWER, Reply(content=[PIECE] * PIECES))
+        sock, _ = open_stream(server.port)  # and then reads nothing more
+        try:
+            assert wait_for(lambda: upstream.requests_for(ANSWER) != [])
+            answer_call = upstream.requests_for(ANSWER)[0]
+            assert wait_for(lambda: answer_call.stalled_for() > 0.1, 10), answer_call
+            assert answer_call.ended.wait(ping_interval / 2) and answer_call.aborted  # not only at the next ping
+        finally:
+            sock.close()
+    finally:
+        server.stop()
