@@ -23,6 +23,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .settings import ServiceOptions
+from .sse import ABORT_CONNECTION
 
 logger = logging.getLogger("duet")
 
@@ -110,6 +111,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._head_budget = -1
         self._heads_read += 1
         self._cancel_head_timer()
+        self.scope[ABORT_CONNECTION] = self.transport.abort  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:

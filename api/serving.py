@@ -21,7 +21,7 @@ from .errors import APIError, as_api_error
 from .limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
 from .settings import ServiceOptions
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice, ResponseFormat
-from .sse import EventStreamResponse, wait_for_disconnect
+from .sse import EventStreamResponse, TimedWriteResponse, wait_for_disconnect
 from .validation import LARGE_BODY_BYTES, load_body
 
 
@@ -315,7 +315,7 @@ class ChatCompletionsService:
         if failure is not None:
             return as_api_error(failure.error).response()
         body = completion_body(completion_id, int(time.time()), chat.model, duet.reasoning_output, chat.legacy_functions, collected)
-        return JSONResponse(body)
+        return TimedWriteResponse(JSONResponse(body), self.options.write_timeout)
 
 
 class _EventSource:
