@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from typing import Any, AsyncIterator, Mapping
@@ -21,7 +20,7 @@ from .errors import APIError, as_api_error
 from .limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
 from .settings import ServiceOptions
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice, ResponseFormat
-from .sse import EventStreamResponse, TimedWriteResponse, wait_for_disconnect
+from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, wait_for_disconnect
 from .validation import LARGE_BODY_BYTES, load_body
 
 
@@ -302,12 +301,12 @@ class ChatCompletionsService:
             client_left = disconnected.done()
         finally:
             disconnected.cancel()
-            if not collector.done():  # the client hung up or the server stops: stop the models
-                token.cancel()
-                collector.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await collector
-            await source.close()
+            try:
+                if not collector.done():  # the client hung up or the server stops: stop the models
+                    token.cancel()
+                    await cancel_and_wait(collector)
+            finally:
+                await source.close()
         if collector.cancelled():
             return Response(status_code=499) if client_left else shutting_down().response(headers={"connection": "close"})
         collected = collector.result()

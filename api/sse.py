@@ -13,7 +13,6 @@ time is over (``stopped``), the stream ends with one error event (or, before its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from contextvars import ContextVar
 from typing import AsyncIterator, Callable, Protocol
@@ -76,6 +75,21 @@ def abandon_response(scope: Scope) -> None:
     abort = scope.get(ABORT_CONNECTION)
     if abort is not None:
         abort()
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[object]) -> None:
+    """Cancels ``tasks`` and waits for them to end, ignoring how they end. A cancellation of the
+    calling task itself (the server ending every request) is passed on, not swallowed with theirs."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        try:
+            await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+        except Exception:  # noqa: BLE001 - an error of the task was reported where it mattered
+            pass
 
 
 async def write_with_timeout(scope: Scope, send: Send, response: Response, write_timeout: float) -> None:
@@ -163,17 +177,16 @@ class EventStreamResponse(Response):
             if self.write_timed_out:
                 abandon_response(scope)  # in the request's own task, where uvicorn logs
             if writer.done():
-                if writer.exception() is not None:
+                # Cancelled: a write timeout and a second cancellation at once; nothing to report.
+                if not writer.cancelled() and writer.exception() is not None:
                     raise writer.exception()  # type: ignore[misc]
             elif not watcher.done():  # the server stops: end the stream properly
                 await self._end_for_shutdown(writer, scope, receive, send)
         finally:
-            for task in (writer, watcher):
-                task.cancel()
-            for task in (writer, watcher):
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await task  # an error of the writer was raised above already
-            await self._source.close()
+            try:
+                await cancel_and_wait(writer, watcher)  # an error of the writer was raised above already
+            finally:
+                await self._source.close()
 
     async def _end_for_shutdown(self, writer: asyncio.Task[None], scope: Scope, receive: Receive, send: Send) -> None:
         """One error event and the end of the stream; before the status line, a 503 instead."""
@@ -181,9 +194,7 @@ class EventStreamResponse(Response):
             if self._answering_instead:  # an error response is already being written: let it finish
                 await asyncio.wait_for(asyncio.shield(writer), SHUTDOWN_WRITE_TIMEOUT)
                 return
-            writer.cancel()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await writer
+            await cancel_and_wait(writer)
             error = shutting_down()
             async with asyncio.timeout(SHUTDOWN_WRITE_TIMEOUT):  # a client that stopped reading gets no more time
                 if self._last_write == 0.0:
