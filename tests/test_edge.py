@@ -489,3 +489,17 @@ def test_bodies_in_flight_share_a_byte_budget(upstream: ScriptedUpstream, tmp_pa
         assert upstream.requests_for(REASONER) and all(r.model in (REASONER, ANSWER) for r in upstream.requests)
     finally:
         server.stop()
+
+
+# -- readiness details --------------------------------------------------------------------------
+
+def test_open_endpoint_shows_readiness_details_only_on_this_machine(env_duet: DuetServer) -> None:
+    """With no keys configured, the details are for clients on loopback only; one behind a local
+    reverse proxy (which says whom it forwards for) sees the status alone."""
+    local = httpx.get(f"{env_duet.base_url}/health/ready", timeout=5).json()
+    assert local["checks"]["pipelines"] == "ok" and local["pipelines"] == ["duet-env"]
+    forwarded = httpx.get(f"{env_duet.base_url}/health/ready", headers={"X-Forwarded-For": "203.0.113.7"}, timeout=5)
+    assert forwarded.status_code == 200 and forwarded.json() == {"status": "ready"}
+    forwarded_v6 = httpx.get(f"{env_duet.base_url}/health/ready", headers={"X-Forwarded-For": "2001:db8::7"}, timeout=5)
+    assert forwarded_v6.json() == {"status": "ready"}
+    assert httpx.get(f"{env_duet.base_url}/health/ready", headers={"X-Forwarded-For": "::1"}, timeout=5).json()["checks"]
