@@ -203,7 +203,7 @@ def test_huge_header_gets_431_early_without_stalling_others(edge: DuetServer) ->
         with socket.create_connection(("127.0.0.1", edge.port)) as sock:
             began = time.monotonic()
             try:
-                sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b"k" * 32_000_000 + b"\r\n\r\n")
+                sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b"k" * 64_000_000 + b"\r\n\r\n")
             except OSError:
                 pass  # refused and closed while sending
             try:
@@ -220,7 +220,8 @@ def test_huge_header_gets_431_early_without_stalling_others(edge: DuetServer) ->
         time.sleep(0.02)
     sender.join()
     assert outcome["status"] in (431, "ConnectionResetError"), outcome
-    assert outcome["seconds"] < 2 and slowest < 0.5, (outcome, slowest)
+    # Without the head limit a 64 MB header stalls every client for 5-18 s; the bounds leave room for a loaded machine.
+    assert outcome["seconds"] < 5 and slowest < 2, (outcome, slowest)
 
 
 def test_head_just_under_the_limit_is_served(edge: DuetServer) -> None:
@@ -395,16 +396,17 @@ def test_trailing_slash_routes_answer_directly(edge: DuetServer, stream: bool) -
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_client_gone_before_the_run_starts_never_calls_a_model(edge: DuetServer, upstream: ScriptedUpstream, stream: bool) -> None:
-    """The client sends its request and hangs up (a reset) while the server still reads and checks
-    it (a body of many messages takes a while): no model is called for it."""
+    """The client sends its request and hangs up (a reset) right after its last byte, while the
+    server still checks it (a body of many messages takes a while): no model is called for it."""
     messages = [{"role": "user", "content": f"message {i}"} for i in range(1500)]
     body = json.dumps({"model": "duet", "stream": stream, "messages": messages}).encode()
     assert len(body) < MAX_BODY
     for _ in range(10):
         sock = socket.create_connection(("127.0.0.1", edge.port))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # close = reset
-        sock.sendall(request_head(edge.port, length=len(body)) + body)
-        time.sleep(0.002)
+        sock.sendall(request_head(edge.port, length=len(body)) + body[:-1])
+        time.sleep(0.05)  # the server waits for the last byte: however slow this machine, it cannot start the run yet
+        sock.send(body[-1:])  # the body's end and the reset arrive together (back to back on loopback)
         sock.close()
     time.sleep(0.5)
     assert upstream.requests == []
