@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 import yaml
 
@@ -168,3 +169,13 @@ def test_a_write_timeout_shorter_than_the_ping_interval_is_kept(upstream: Script
             sock.close()
     finally:
         server.stop()
+
+
+def test_a_reading_client_gets_a_large_collected_answer_whole(patient_duet: DuetServer, upstream: ScriptedUpstream) -> None:
+    """Written in pieces under the write timeout, a collected answer still arrives byte for byte."""
+    pieces = 150  # ~1.4 MB: many pieces, and not a multiple of their size
+    upstream.script(ANSWER, Reply(content=[PIECE] * pieces + ["end"]))
+    response = httpx.post(f"{patient_duet.base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"},
+                          json={"model": "duet", "messages": [{"role": "user", "content": "write a lot"}]}, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == PIECE * pieces + "end"
