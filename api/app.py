@@ -162,11 +162,11 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     async def ready(request: Request) -> JSONResponse:
         """Readiness: 503 while this replica should get no traffic. Which check failed, and the
-        service's counters, only for a request with a valid key (or when the endpoint is open)."""
+        service's counters, only for a valid key (an open endpoint: only for clients on this machine)."""
         svc: ChatCompletionsService | None = getattr(request.app.state, "service", None)
         is_ready, checks = await readiness.check("shutting down" if gate.draining else "ok" if svc is not None else "starting")
         body: dict[str, Any] = {"status": "ready" if is_ready else "not_ready"}
-        if auth.accepts(request):
+        if auth.may_see_details(request):
             body["checks"] = checks
             body["pipelines"] = list(pipelines)
             body["in_flight"] = svc.in_flight if svc is not None else 0

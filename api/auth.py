@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from typing import Sequence
 
 from fastapi import Request
@@ -28,6 +29,13 @@ class BearerAuth:
         given = token.strip().encode()
         return scheme.lower() == "bearer" and any(hmac.compare_digest(given, key) for key in self._keys)
 
+    def may_see_details(self, request: Request) -> bool:
+        """Whether the service's insides (readiness checks, counters) may be shown: with keys
+        configured, to a valid key; on an open endpoint, to clients on this machine only."""
+        if self._keys:
+            return self.accepts(request)
+        return request.client is not None and is_loopback(request.client.host)
+
     async def __call__(self, request: Request) -> None:
         if not self.accepts(request):
             header = request.headers.get("authorization", "")
@@ -37,3 +45,14 @@ class BearerAuth:
                 type="invalid_request_error",
                 code="invalid_api_key",
             )
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8 or ::1 (also as an IPv4-mapped address)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback

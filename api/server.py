@@ -23,6 +23,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .settings import ServiceOptions
+from .sse import ABORT_CONNECTION
 
 logger = logging.getLogger("duet")
 
@@ -110,6 +111,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._head_budget = -1
         self._heads_read += 1
         self._cancel_head_timer()
+        self.scope[ABORT_CONNECTION] = self.transport.abort  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -167,10 +169,10 @@ class EdgeServer(uvicorn.Server):
     lets running requests finish for ``shutdown_timeout`` seconds, then has the app end the rest
     (streams with one error event, others with 503) and exits."""
 
-    def __init__(self, config: uvicorn.Config, options: ServiceOptions, requests: Drainable) -> None:
+    def __init__(self, config: uvicorn.Config, options: ServiceOptions, gate: Drainable) -> None:
         super().__init__(config)
         self.options = options
-        self.requests = requests
+        self.gate = gate
 
     async def shutdown(self, sockets: Any = None) -> None:
         logger.info("shutting down: draining for up to %g s", self.options.shutdown_timeout)
@@ -178,12 +180,12 @@ class EdgeServer(uvicorn.Server):
             server.close()  # new connections are refused from here
         for sock in sockets or []:
             sock.close()
-        self.requests.drain()
+        self.gate.drain()
         for connection in list(self.server_state.connections):
             connection.shutdown()  # idle connections close now, busy ones after their response
         if not await self._until_idle(self.options.shutdown_timeout):
             logger.warning("shutting down: ending %d running request(s)", len(self.server_state.tasks))
-            self.requests.stop()
+            self.gate.stop()
             if not await self._until_idle(ABORT_GRACE_SECONDS):
                 for task in self.server_state.tasks:
                     task.cancel()
@@ -226,7 +228,7 @@ def raise_open_file_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def serve(app: Any, options: ServiceOptions, requests: Drainable, *, host: str, port: int, log_level: str) -> None:
+def serve(app: Any, options: ServiceOptions, gate: Drainable, *, host: str, port: int, log_level: str) -> None:
     """Runs ``app`` until SIGTERM/SIGINT, with the edge's limits."""
     files = raise_open_file_limit()
     if files != resource.RLIM_INFINITY and options.max_connections > files - FILES_BESIDES_CONNECTIONS:
@@ -243,4 +245,4 @@ def serve(app: Any, options: ServiceOptions, requests: Drainable, *, host: str, 
     )
     logging.getLogger("uvicorn.access").addFilter(RedactQueryStrings())
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once it has shut down
-        EdgeServer(config, options, requests).run()
+        EdgeServer(config, options, gate).run()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from typing import Any, AsyncIterator, Mapping
@@ -18,10 +17,10 @@ from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 
 from .chunks import DONE, ChunkEncoder
 from .errors import APIError, as_api_error
-from .limits import RETRY_AFTER_SECONDS, ClientGone, RequestGate, is_json, read_body, shutting_down
+from .limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
 from .settings import ServiceOptions
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice, ResponseFormat
-from .sse import EventStreamResponse, wait_for_disconnect
+from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, wait_for_disconnect
 from .validation import LARGE_BODY_BYTES, load_body
 
 
@@ -233,22 +232,23 @@ class ChatCompletionsService:
     async def create(self, request: Request) -> Response:
         # Refusals that cost nothing come first: full, shutting down, not JSON, too large.
         gate = self.gate
-        refusal = gate.refusal(self.in_flight + gate.admitting)
+        refusal = gate.refusal(self.in_flight + gate.starting)
         if refusal is not None:
             return refusal.response(headers={"retry-after": RETRY_AFTER_SECONDS})
         if not is_json(request.headers.get("content-type")):
             # Also what keeps a web page from posting here cross-site: browsers send JSON only after a CORS preflight.
             raise APIError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
                            param="Content-Type", code="unsupported_media_type")
-        gate.admitting += 1  # counted from here, so concurrent large bodies are bounded too
-        try:
-            try:
-                raw = await read_body(request, self.options.max_body_bytes, self.options.body_timeout)
-            except APIError as exc:  # the server skips the rest of the body, for at most body_timeout (api/server.py)
-                return exc.response()
-            except ClientGone:
-                return Response(status_code=499)
+        # Held against the gate's byte budget until parsed. A refusal here leaves the rest of the body
+        # unread: the server skips it, for at most body_timeout (api/server.py).
+        async with gate.body(request) as raw:
             chat, body = await parse_request(raw, self.options)
+        # Reading a body is not running a completion; from here on the request counts toward the cap.
+        refusal = gate.refusal(self.in_flight + gate.starting)
+        if refusal is not None:
+            return refusal.response(headers={"retry-after": RETRY_AFTER_SECONDS})
+        gate.starting += 1
+        try:
             duet = self.pipelines.get(chat.model)
             if duet is None:
                 raise APIError(
@@ -284,7 +284,7 @@ class ChatCompletionsService:
                                            disconnected=disconnected, stopped=gate.stopped)
             source = _EventSource(self, run)
         finally:
-            gate.admitting -= 1
+            gate.starting -= 1
         return await self._collected(chat, duet, source, completion_id, disconnected, token)
 
     async def _collected(
@@ -303,12 +303,12 @@ class ChatCompletionsService:
             client_left = disconnected.done()
         finally:
             disconnected.cancel()
-            if not collector.done():  # the client hung up or the server stops: stop the models
-                token.cancel()
-                collector.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await collector
-            await source.close()
+            try:
+                if not collector.done():  # the client hung up or the server stops: stop the models
+                    token.cancel()
+                    await cancel_and_wait(collector)
+            finally:
+                await source.close()
         if collector.cancelled():
             return Response(status_code=499) if client_left else shutting_down().response(headers={"connection": "close"})
         collected = collector.result()
@@ -316,7 +316,7 @@ class ChatCompletionsService:
         if failure is not None:
             return as_api_error(failure.error).response()
         body = completion_body(completion_id, int(time.time()), chat.model, duet.reasoning_output, chat.legacy_functions, collected)
-        return JSONResponse(body)
+        return TimedWriteResponse(JSONResponse(body), self.options.write_timeout)
 
 
 class _EventSource:

@@ -29,6 +29,9 @@ class ServiceOptions(BaseModel):
     store_timeout: float = Field(DEFAULT_STORE_TIMEOUT, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
+    max_pending_body_bytes: int = Field(
+        256 * MiB, gt=0, description="What all request bodies being read and parsed may hold together (each counted by its Content-Length, a chunked one as it arrives); more get 503 with Retry-After. Memory for parsing is a few times this."
+    )
     max_header_bytes: int = Field(64 * 1024, gt=0, description="Largest request head: request line and headers (431 above it).")
     max_messages: int = Field(4096, gt=0, description="Most messages in one request (400 above it).")
     max_tools: int = Field(128, gt=0, description="Most tools in one request, as OpenAI allows (400 above it).")

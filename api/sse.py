@@ -13,7 +13,6 @@ time is over (``stopped``), the stream ends with one error event (or, before its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from contextvars import ContextVar
 from typing import AsyncIterator, Callable, Protocol
@@ -33,6 +32,7 @@ _HEADERS = [
 ]
 
 SHUTDOWN_WRITE_TIMEOUT = 1.0  # seconds the last error event may take to write when the server stops
+WRITE_PIECE = 64 * 1024  # a collected body is written in pieces of this size (the transport's high-water mark)
 
 
 class EventSource(Protocol):
@@ -49,19 +49,80 @@ class EventSource(Protocol):
         """Called exactly once, however the response ends."""
 
 
-_abandoned = ContextVar("duet_abandoned_stream", default=False)
+_abandoned = ContextVar("duet_abandoned_response", default=False)
+
+ABORT_CONNECTION = "duet.abort_connection"
+"""Scope key of a callable that drops the connection and whatever is still buffered for it (set by
+the edge server, :mod:`api.server`): closing it would wait for a client that reads nothing."""
 
 
-class _QuietAbandonedStreams(logging.Filter):
-    """A stream given up after ``write_timeout`` ends without completing its response (the client
-    reads nothing, so no end can be written), which uvicorn reports at ERROR. Duet has already
-    logged a warning for it; the filter runs in the request's own task, where ``_abandoned`` is set."""
+class _QuietAbandonedResponses(logging.Filter):
+    """A response given up after ``write_timeout`` ends without completing (the client reads
+    nothing, so no end can be written), which uvicorn reports at ERROR. Duet has already logged a
+    warning for it; the filter runs in the request's own task, where ``_abandoned`` is set."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (_abandoned.get() and record.msg == "ASGI callable returned without completing response.")
 
 
-logging.getLogger("uvicorn.error").addFilter(_QuietAbandonedStreams())
+logging.getLogger("uvicorn.error").addFilter(_QuietAbandonedResponses())
+
+
+def abandon_response(scope: Scope) -> None:
+    """Gives up a response its client does not take: drops the connection (with what is buffered
+    for it) and keeps uvicorn quiet about the response left incomplete. Call it in the request's task."""
+    _abandoned.set(True)
+    abort = scope.get(ABORT_CONNECTION)
+    if abort is not None:
+        abort()
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[object]) -> None:
+    """Cancels ``tasks`` and waits for them to end, ignoring how they end. A cancellation of the
+    calling task itself (the server ending every request) is passed on, not swallowed with theirs."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        try:
+            await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+        except Exception:  # noqa: BLE001 - an error of the task was reported where it mattered
+            pass
+
+
+async def write_with_timeout(scope: Scope, send: Send, response: Response, write_timeout: float) -> None:
+    """Sends ``response`` (a complete body, such as a ``JSONResponse``) in pieces, each of which the
+    client must take within ``write_timeout``; a client that stops reading loses its connection
+    (uvicorn buffers a body without bound and waits for it without a timeout). A body of one piece,
+    the usual case, costs no more sends than before."""
+    body = response.body
+    last = (len(body) - 1) // WRITE_PIECE * WRITE_PIECE if body else 0  # where the final piece begins
+    try:
+        async with asyncio.timeout(write_timeout):
+            await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+        for start in range(0, last, WRITE_PIECE):
+            async with asyncio.timeout(write_timeout):  # uvicorn waits for its buffer to drain before each send
+                await send({"type": "http.response.body", "body": body[start : start + WRITE_PIECE], "more_body": True})
+        async with asyncio.timeout(write_timeout):
+            await send({"type": "http.response.body", "body": body[last:], "more_body": False})
+    except TimeoutError:
+        logger.warning("stopped a response: its client took no data for %gs (write_timeout)", write_timeout)
+        abandon_response(scope)
+
+
+class TimedWriteResponse(Response):
+    """A complete response (``wrapped``) written with :func:`write_with_timeout`."""
+
+    def __init__(self, wrapped: Response, write_timeout: float) -> None:
+        self._wrapped = wrapped
+        self._write_timeout = write_timeout
+        self.status_code = wrapped.status_code
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await write_with_timeout(scope, send, self._wrapped, self._write_timeout)
 
 
 async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:
@@ -115,35 +176,34 @@ class EventStreamResponse(Response):
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if self.write_timed_out:
-                _abandoned.set(True)  # in the request's own task, where uvicorn logs
+                abandon_response(scope)  # in the request's own task, where uvicorn logs
             if writer.done():
-                if writer.exception() is not None:
+                # Cancelled: a write timeout and a second cancellation at once; nothing to report.
+                if not writer.cancelled() and writer.exception() is not None:
                     raise writer.exception()  # type: ignore[misc]
             elif not watcher.done():  # the server stops: end the stream properly
                 await self._end_for_shutdown(writer, scope, receive, send)
         finally:
-            for task in (writer, watcher):
-                task.cancel()
-            for task in (writer, watcher):
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await task  # an error of the writer was raised above already
-            await self._source.close()
+            try:
+                await cancel_and_wait(writer, watcher)  # an error of the writer was raised above already
+            finally:
+                await self._source.close()
 
     async def _end_for_shutdown(self, writer: asyncio.Task[None], scope: Scope, receive: Receive, send: Send) -> None:
         """One error event and the end of the stream; before the status line, a 503 instead."""
-        with contextlib.suppress(TimeoutError):
+        try:
             if self._answering_instead:  # an error response is already being written: let it finish
                 await asyncio.wait_for(asyncio.shield(writer), SHUTDOWN_WRITE_TIMEOUT)
                 return
-            writer.cancel()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await writer
+            await cancel_and_wait(writer)
             error = shutting_down()
             async with asyncio.timeout(SHUTDOWN_WRITE_TIMEOUT):  # a client that stopped reading gets no more time
                 if self._last_write == 0.0:
                     await error.response(headers={"connection": "close"})(scope, receive, send)
                 else:
                     await send({"type": "http.response.body", "body": ChunkEncoder.error(error.body()), "more_body": False})
+        except TimeoutError:
+            abandon_response(scope)
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         instead = await self._source.start()
@@ -185,7 +245,7 @@ class EventStreamResponse(Response):
                     self.write_timed_out = True
                     writer.cancel()
                     return
-                wait = (self._ping_interval if since < self._ping_interval else self._write_timeout) - since
+                wait = self._write_timeout - since
             elif since >= self._ping_interval:
                 if self._finished:
                     return
@@ -199,5 +259,6 @@ class EventStreamResponse(Response):
                     return
                 continue
             else:
-                wait = self._ping_interval - since
+                # Also awake by the time a write that begins now may have waited too long.
+                wait = min(self._ping_interval - since, self._write_timeout)
             await asyncio.sleep(wait)

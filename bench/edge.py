@@ -6,6 +6,11 @@ of JSON per scenario:
 
 - ``bodies``: 10 oversized bodies (40 MB, over the 32 MiB default) sent at once, with
   Content-Length and chunked; the server's peak RSS growth (VmHWM - RSS at start) and statuses;
+- ``valid_bodies``: 10 and 20 valid 24.7 MB bodies (under the 32 MiB limit) sent at once, then 20
+  with ``DUET_MAX_PENDING_BODY_BYTES`` at 64 MiB: peak RSS growth and statuses (the byte budget
+  for bodies in flight, ``max_pending_body_bytes``, is what bounds this);
+- ``slow_bodies``: 256 connections (the default ``max_concurrent_requests``) each sending a request
+  head and one byte of its body; the status a normal completion gets meanwhile;
 - ``big_body``: one 100 MB body: peak RSS growth and status;
 - ``huge_header``: a 64 MB ``Authorization`` header on one connection while another client asks
   ``GET /v1/models`` every 50 ms: that client's slowest answer, and what the huge one got;
@@ -116,6 +121,46 @@ def bodies(upstream: ScriptedUpstream, directory: Path) -> dict[str, object]:
         return {"scenario": "bodies", "bodies": "10 x 40 MB (5 Content-Length, 5 chunked)", "seconds": round(time.monotonic() - began, 2),
                 "rss_start_mb": round(start_rss), "peak_growth_mb": round(peak - start_rss), "statuses": sorted(set(statuses))}
     finally:
+        duet.stop()
+
+
+def valid_bodies(upstream: ScriptedUpstream, directory: Path) -> dict[str, object]:
+    payload = body_of(24_700_000)
+    runs = []
+    for count, env in ((10, {}), (20, {}), (20, {"DUET_MAX_PENDING_BODY_BYTES": str(64 * 1024 * 1024)})):
+        duet = start_duet(upstream, directory, **env)
+        try:
+            start_rss, _ = memory_mb(duet.process.pid)
+
+            async def run() -> list[str]:
+                return await asyncio.gather(*(post_raw(duet.port, payload, chunked=False) for _ in range(count)))
+
+            statuses = asyncio.run(run())
+            _, peak = memory_mb(duet.process.pid)
+            runs.append({"bodies": f"{count} x 24.7 MB", **env, "rss_start_mb": round(start_rss), "peak_mb": round(peak),
+                         "statuses": {status: statuses.count(status) for status in sorted(set(statuses))}})
+        finally:
+            duet.stop()
+    return {"scenario": "valid_bodies", "runs": runs}
+
+
+def slow_bodies(upstream: ScriptedUpstream, directory: Path) -> dict[str, object]:
+    duet = start_duet(upstream, directory)
+    slow: list[socket.socket] = []
+    try:
+        for _ in range(256):
+            sock = socket.create_connection(("127.0.0.1", duet.port))
+            sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: duet\r\nAuthorization: Bearer {KEY}\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode())
+            slow.append(sock)
+        time.sleep(0.5)
+        response = httpx.post(f"{duet.base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=30,
+                              json={"model": "duet", "messages": [{"role": "user", "content": "hi"}]})
+        return {"scenario": "slow_bodies", "slow": len(slow), "completion_meanwhile": response.status_code,
+                "code": response.json().get("error", {}).get("code") if response.status_code != 200 else None}
+    finally:
+        for sock in slow:
+            sock.close()
         duet.stop()
 
 
@@ -271,7 +316,7 @@ def sigterm_drain(upstream: ScriptedUpstream, directory: Path) -> dict[str, obje
     return {"scenario": "sigterm_drain", "streams": 5, "drain_s": 2, "exited_after_sigterm": exited, "streams_ended": sorted(endings)}
 
 
-SCENARIOS = {f.__name__: f for f in (bodies, big_body, huge_header, slow_connections, early_hangups, sigterm_drain)}
+SCENARIOS = {f.__name__: f for f in (bodies, valid_bodies, slow_bodies, big_body, huge_header, slow_connections, early_hangups, sigterm_drain)}
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 import yaml
 
@@ -114,3 +115,67 @@ def test_a_slow_reader_still_gets_everything(patient_duet: DuetServer, upstream:
     assert received.count(b"lorem") >= (pieces - 1) * 800
     answer_call = upstream.requests_for(ANSWER)[0]
     assert answer_call.ended.wait(5) and not answer_call.aborted
+
+
+def test_a_client_that_stops_reading_a_collected_answer_loses_its_connection(
+    patient_duet: DuetServer, upstream: ScriptedUpstream
+) -> None:
+    """A non-streamed answer is written with the same write timeout: a client that takes none of
+    it is cut off (not sent the whole body whenever it comes back), quietly."""
+    pieces = 2000  # ~19 MB of answer: far more than the socket buffers on the way hold
+    upstream.script(ANSWER, Reply(content=[PIECE] * pieces))
+    log_start = patient_duet.log.stat().st_size
+    body = json.dumps({"model": "duet", "messages": [{"role": "user", "content": "write a lot"}]}).encode()
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        sock.connect(("127.0.0.1", patient_duet.port))
+        sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert wait_for(lambda: upstream.requests_for(ANSWER) != [])
+        assert upstream.requests_for(ANSWER)[0].ended.wait(10)  # collected: the answer is being written now
+        assert wait_for(lambda: "(write_timeout)" in patient_duet.log.read_text()[log_start:], WRITE_TIMEOUT + 5)
+        received = 0
+        sock.settimeout(5)
+        try:
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass  # the connection was dropped with what was still buffered for it
+    assert received < len(PIECE) * pieces, "the whole answer still reached a client that had stopped reading"
+    time.sleep(0.3)
+    with patient_duet.log.open() as log:
+        log.seek(log_start)
+        new = log.read()
+    assert "stopped a response: its client took no data for 2s (write_timeout)" in new
+    assert alarming_lines(new) == [], new[-3000:]
+
+
+def test_a_write_timeout_shorter_than_the_ping_interval_is_kept(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """A blocked write is given up after write_timeout, even when no ping is due for much longer."""
+    write_timeout, ping_interval = 1.0, 10.0
+    server = DuetServer([], {"DUET_REASONER_BASE_URL": upstream.base_url, "DUET_REASONER_MODEL": REASONER,
+                             "DUET_ANSWER_BASE_URL": upstream.base_url, "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": API_KEY,
+                             "DUET_WRITE_TIMEOUT": str(write_timeout), "DUET_PING_INTERVAL": str(ping_interval)},
+                        tmp_path / "duet.log")
+    try:
+        upstream.script(ANSWER, Reply(content=[PIECE] * PIECES))
+        sock, _ = open_stream(server.port)  # and then reads nothing more
+        try:
+            assert wait_for(lambda: upstream.requests_for(ANSWER) != [])
+            answer_call = upstream.requests_for(ANSWER)[0]
+            assert wait_for(lambda: answer_call.stalled_for() > 0.1, 10), answer_call
+            assert answer_call.ended.wait(ping_interval / 2) and answer_call.aborted  # not only at the next ping
+        finally:
+            sock.close()
+    finally:
+        server.stop()
+
+
+def test_a_reading_client_gets_a_large_collected_answer_whole(patient_duet: DuetServer, upstream: ScriptedUpstream) -> None:
+    """Written in pieces under the write timeout, a collected answer still arrives byte for byte."""
+    pieces = 150  # ~1.4 MB: many pieces, and not a multiple of their size
+    upstream.script(ANSWER, Reply(content=[PIECE] * pieces + ["end"]))
+    response = httpx.post(f"{patient_duet.base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"},
+                          json={"model": "duet", "messages": [{"role": "user", "content": "write a lot"}]}, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == PIECE * pieces + "end"

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer, sse_events
 from tests.scripted_upstream import Reply, ScriptedUpstream
 
-DRAIN = 1.0
+DRAIN = 2.5  # the short request (0.6 s of reasoning) ends well within it, even on a loaded machine
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 
 
@@ -72,20 +72,21 @@ def test_shutdown_drains_then_ends_what_still_runs(upstream: ScriptedUpstream, t
                 socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
 
             events, short_end = short_stream.result(timeout=10)  # finished normally within the drain time
-            assert events[-1] == "[DONE]" and short_end - signalled < DRAIN
+            assert events[-1] == "[DONE]" and not [event for event in events if isinstance(event, dict) and "error" in event]
+            assert short_end - signalled < DRAIN + 0.5
 
             events, long_end = long_stream.result(timeout=10)  # ended after the drain time, properly
             errors = [event for event in events if isinstance(event, dict) and "error" in event]
             assert errors == [events[-1]] and "choices" not in errors[0]
             assert errors[0]["error"]["code"] == "server_shutting_down"
             assert any(event["choices"][0]["delta"].get("reasoning_content") for event in events[:-1])
-            assert DRAIN - 0.2 < long_end - signalled < DRAIN + 2
+            assert DRAIN - 0.2 < long_end - signalled < DRAIN + 3
 
             response = long_collected.result(timeout=10)
             assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
 
-        server.process.wait(timeout=DRAIN + 5)
-        assert time.monotonic() - signalled < DRAIN + 5
+        server.process.wait(timeout=DRAIN + 8)
+        assert time.monotonic() - signalled < DRAIN + 8
         long_calls = [r for r in upstream.requests_for(REASONER) if "long" in str(r.body["messages"])]
         assert all(call.ended.wait(2) and call.aborted for call in long_calls)  # their model calls were stopped
         assert "Traceback" not in server.log.read_text()
