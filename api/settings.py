@@ -30,20 +30,20 @@ class ServiceOptions(BaseModel):
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
     max_pending_body_bytes: int = Field(
-        256 * MiB, gt=0, description="What all request bodies being read and parsed may hold together (each counted by its Content-Length, a chunked one as it arrives); more get 503 with Retry-After. Memory for parsing is a few times this."
+        64 * MiB, gt=0, description="What all request bodies being read and parsed may hold together (each counted by its Content-Length, a chunked one as it arrives); more get 503 with Retry-After. Parsing takes about 4.5 times this in memory at peak."
     )
     max_header_bytes: int = Field(64 * 1024, gt=0, description="Largest request head: request line and headers (431 above it).")
     max_messages: int = Field(4096, gt=0, description="Most messages in one request (400 above it).")
     max_tools: int = Field(128, gt=0, description="Most tools in one request, as OpenAI allows (400 above it).")
     # Connections and concurrency
-    max_concurrent_requests: int = Field(256, gt=0, description="Completions running at once; more get 503 with Retry-After.")
+    max_concurrent_requests: int = Field(256, gt=0, description="Completions running at once (a request still sending its body does not count); more get 503 with Retry-After.")
     max_connections: int = Field(1000, gt=0, description="Open client connections; at the cap the one slowest to send its head (else an idle kept-alive one) is closed to make room, else the new one. Lowered to fit the open-file limit.")
     header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request's head.")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's body (408 after); also how long the rest of a refused body is skipped.")
     keep_alive_timeout: float = Field(
         75.0, gt=0, description="Seconds an idle keep-alive connection stays open (longer than common client pools, so the server never closes one a client is about to reuse)."
     )
-    write_timeout: float = Field(30.0, gt=0, description="Seconds a stream may stay unwritable (a client that stopped reading) before it is cancelled.")
+    write_timeout: float = Field(30.0, gt=0, description="Seconds a response (a stream, or a non-streamed answer) may stay unwritable (a client that stopped reading) before it is cancelled and its connection dropped.")
     shutdown_timeout: float = Field(30.0, ge=0, description="On SIGTERM or SIGINT: seconds running requests get to finish; then each stream ends with one error event, other requests get 503.")
     # Surface
     docs: bool = Field(False, description="Serve /docs, /redoc and /openapi.json.")
