@@ -24,7 +24,7 @@ from autogen_core.tools import BaseTool, ToolResult, Workbench
 from autogen_core.tools._workbench import StreamWorkbench  # not exported by autogen_core.tools (0.7.5)
 from typing_extensions import Self
 
-from workbenches import DuetWorkbench
+from duet.workbenches import DuetWorkbench
 
 from .base import CLIENT, DuetAgent, DuetAgentConfig, read_messages, agent_arguments
 from .conversation import new_call_id, without_images
@@ -52,7 +52,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
     """Replies with the reasoning in hand, calling the workbench's tools.
 
     Calls to service tools (anything in the workbench that is not a client's
-    :class:`~workbenches.ProxyTool`) run here, through the workbench, and their results go back to
+    :class:`~duet.workbenches.ProxyTool`) run here, through the workbench, and their results go back to
     the model, for up to ``max_tool_rounds`` rounds. Calls to client tools end the turn: the agent
     hands off to ``client`` (a ``HandoffMessage`` whose context holds the calls), the team stops,
     and Duet returns the calls to the client, which sends the results in its next request.
@@ -63,7 +63,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
     """
 
     component_config_schema = AnswerAgentConfig
-    component_provider_override = "agents.AnswerAgent"
+    component_provider_override = "duet.agents.AnswerAgent"
 
     def __init__(
         self,

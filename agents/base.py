@@ -22,7 +22,7 @@ from autogen_core.models import ChatCompletionClient, LLMMessage
 from autogen_core.tools import BaseTool, Workbench
 from pydantic import BaseModel, Field
 
-from workbenches import DuetWorkbench
+from duet.workbenches import DuetWorkbench
 
 from .errors import DuetError, UpstreamError, upstream_error_from_openai
 from .events import ContentDelta, DuetEvent, Failed, ReasoningDelta, ToolCallsRequested
@@ -42,7 +42,7 @@ FAILED_METADATA = {"duet": "failed"}
 
 class DuetAgentConfig(BaseModel):
     """Fields both agents serialise. Tools go under ``tools`` (what AutoGen Studio's UI shows) or
-    under ``workbench``; both load into one :class:`~workbenches.DuetWorkbench`."""
+    under ``workbench``; both load into one :class:`~duet.workbenches.DuetWorkbench`."""
 
     name: str
     description: str

@@ -28,7 +28,7 @@ from autogen_core.models import (
     UserMessage,
 )
 
-from workbenches import model_safe_name
+from duet.workbenches import model_safe_name
 
 from .thinking import strip_think_blocks
 

@@ -19,7 +19,7 @@ from autogen_core.models import AssistantMessage, ChatCompletionClient, Function
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel
 
-from workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, bind_request, proxy_tools_from_openai
+from duet.workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, bind_request, proxy_tools_from_openai
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .base import CLIENT, REASONING_METADATA, workbench_from_config
@@ -267,7 +267,7 @@ class Duet:
                 print(event)
 
     Each run leases a team, binds the request (events sink, the request's workbench with the
-    client's tools as :class:`~workbenches.ProxyTool` objects beside the service tools, the answer
+    client's tools as :class:`~duet.workbenches.ProxyTool` objects beside the service tools, the answer
     options) and runs the team on its AutoGen runtime.
     """
 
@@ -420,7 +420,7 @@ class Duet:
     async def stream(
         self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any
     ) -> AsyncIterator[DuetEvent]:
-        """Runs the duet once, yielding :mod:`agents.events` until ``Finished`` or ``Failed``.
+        """Runs the duet once, yielding :mod:`duet.agents.events` until ``Finished`` or ``Failed``.
         Takes the arguments of :meth:`start`; leaving the loop early stops the run."""
         run = self.start(messages, **kwargs)
         try:

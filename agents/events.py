@@ -1,7 +1,7 @@
 """The one event vocabulary between the duet and whoever consumes it.
 
 The agents emit these while a request runs; ``api/`` turns them into OpenAI chunks, and a
-Python script iterates them through :class:`agents.Duet`. Every event is a small pydantic model
+Python script iterates them through :class:`duet.agents.Duet`. Every event is a small pydantic model
 with a ``kind`` discriminator, so a stream of them can be logged or sent elsewhere as JSON.
 """
 

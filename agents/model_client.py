@@ -306,13 +306,13 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         max_retries, retry_backoff, max_retry_wait: the retry policy for calls that failed before
             the upstream sent any answer (see :class:`OpenAICompatibleClientConfig`).
 
-    Errors are :class:`~agents.errors.UpstreamError` subclasses that name the model (never the
+    Errors are :class:`~duet.agents.errors.UpstreamError` subclasses that name the model (never the
     URL) and keep the upstream's status, ``code``, ``type``, ``param`` and ``Retry-After``.
     """
 
     component_type = "model"
     component_config_schema = OpenAICompatibleClientConfig
-    component_provider_override = "agents.OpenAICompatibleClient"
+    component_provider_override = "duet.agents.OpenAICompatibleClient"
 
     def __init__(
         self,
@@ -541,7 +541,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
 
     async def check_ready(self, timeout: float) -> None:
         """Readiness: asks the upstream's ``GET /models`` with this client's headers. Returns when it
-        answers 200 within ``timeout`` seconds; raises an :class:`~agents.errors.UpstreamError` otherwise."""
+        answers 200 within ``timeout`` seconds; raises an :class:`~duet.agents.errors.UpstreamError` otherwise."""
         model = self._config.model
         failure: UpstreamError | None = None
         try:

@@ -86,7 +86,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
     """
 
     component_config_schema = ReasoningAgentConfig
-    component_provider_override = "agents.ReasoningAgent"
+    component_provider_override = "duet.agents.ReasoningAgent"
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from workbenches import DuetWorkbench
+from duet.workbenches import DuetWorkbench
 
 from .events import DuetEvent
 

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 from autogen_core.models import ChatCompletionClient, ModelInfo
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbenches import ToolsSettings
+from duet.workbenches import ToolsSettings
 
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from .reasoning_agent import DEFAULT_MAX_REASONING_CHARS, DEFAULT_MAX_REASONING_SECONDS

@@ -10,7 +10,7 @@ from autogen_core import AgentRuntime
 from autogen_core.models import ChatCompletionClient
 from autogen_core.tools import BaseTool, Workbench
 
-from workbenches import DuetWorkbench, ProxyTool
+from duet.workbenches import DuetWorkbench, ProxyTool
 
 from .answer_agent import AnswerAgent
 from .base import CLIENT
@@ -88,7 +88,7 @@ def export_team(
 ) -> dict[str, Any]:
     """The pipeline as a team component (JSON-ready), for AutoGen Studio or ``duet serve --team``.
 
-    Both agents share one :class:`~workbenches.DuetWorkbench` holding ``client_tools`` (as proxy
+    Both agents share one :class:`~duet.workbenches.DuetWorkbench` holding ``client_tools`` (as proxy
     tools) and ``service_tools``. No secret is written: Duet's client names the environment variable
     of its key. ``studio=True`` is the variant AutoGen Studio's UI edits best: tools listed under each
     agent's ``tools`` and models as AutoGen's ``OpenAIChatCompletionClient`` (whose key Studio takes

@@ -15,9 +15,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agents import Duet, PipelineSettings
-from agents.continuations import ContinuationStore, open_store
-from workbenches import stop_shared_servers
+from duet.agents import Duet, PipelineSettings
+from duet.agents.continuations import ContinuationStore, open_store
+from duet.workbenches import stop_shared_servers
 
 from .auth import BearerAuth
 from .errors import as_api_error, install_error_handlers, install_secret_masking

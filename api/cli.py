@@ -46,8 +46,8 @@ def _serve(args: argparse.Namespace) -> None:
 
 def _export_team(args: argparse.Namespace) -> None:
     _import_from_working_directory()
-    from agents import PipelineSettings, export_team
-    from workbenches import ServiceTools, proxy_tools_from_openai
+    from duet.agents import PipelineSettings, export_team
+    from duet.workbenches import ServiceTools, proxy_tools_from_openai
 
     from .app import ServiceConfig
     from .settings import EnvSettings

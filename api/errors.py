@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from agents import (
+from duet.agents import (
     ConversationError,
     UpstreamError,
     UpstreamProtocolError,

@@ -8,8 +8,8 @@ import asyncio
 import time
 from typing import Any, Mapping
 
-from agents import Duet
-from agents.continuations import ContinuationStore
+from duet.agents import Duet
+from duet.agents.continuations import ContinuationStore
 
 from .settings import ServiceOptions
 

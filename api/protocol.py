@@ -1,7 +1,7 @@
 """The OpenAI wire format Duet reads: defined once, here.
 
 Only what Duet acts on is modelled; unknown fields are ignored, as OpenAI-compatible servers must.
-Messages stay plain dicts: ``agents.conversation_from_openai`` validates and converts them in one
+Messages stay plain dicts: ``duet.agents.conversation_from_openai`` validates and converts them in one
 pass (with error paths like ``messages[2].content``).
 """
 

@@ -157,7 +157,7 @@ def protocol_for(options: ServiceOptions) -> type[EdgeProtocol]:
 
 
 class Drainable(Protocol):
-    """What the server tells the app on shutdown (:class:`api.limits.RequestGate`)."""
+    """What the server tells the app on shutdown (:class:`duet.api.limits.RequestGate`)."""
 
     def drain(self) -> None: ...
 

@@ -12,8 +12,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from agents import AnswerOptions, Duet, DuetEvent, DuetResult, DuetStream, Failed, ReasoningOutput, conversation_from_openai
-from workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetResult, DuetStream, Failed, ReasoningOutput, conversation_from_openai
+from duet.workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 
 from .chunks import DONE, ChunkEncoder
 from .errors import APIError, as_api_error
@@ -320,7 +320,7 @@ class ChatCompletionsService:
 
 
 class _EventSource:
-    """One request's run as an :class:`~api.sse.EventSource`. Closed exactly once however the
+    """One request's run as an :class:`~duet.api.sse.EventSource`. Closed exactly once however the
     response ends (finished, failed, client gone, never started), which stops the duet's model
     calls if they still run."""
 

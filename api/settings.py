@@ -9,9 +9,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
-from agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
-from workbenches import ToolsSettings
+from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
+from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
+from duet.workbenches import ToolsSettings
 
 
 MiB = 1024 * 1024

@@ -53,7 +53,7 @@ _abandoned = ContextVar("duet_abandoned_response", default=False)
 
 ABORT_CONNECTION = "duet.abort_connection"
 """Scope key of a callable that drops the connection and whatever is still buffered for it (set by
-the edge server, :mod:`api.server`): closing it would wait for a client that reads nothing."""
+the edge server, :mod:`duet.api.server`): closing it would wait for a client that reads nothing."""
 
 
 class _QuietAbandonedResponses(logging.Filter):

@@ -31,7 +31,7 @@ parses; real requests (4,096 messages, 128 tools) stay far below it."""
 
 LARGE_BODY_BYTES = 64 * 1024
 """Bodies larger than this are checked before they are parsed, with a scan that lets other threads
-run every few thousand tokens: ``api.serving`` reads them in a worker thread, so the event loop
+run every few thousand tokens: ``duet.api.serving`` reads them in a worker thread, so the event loop
 goes on serving other clients meanwhile (but for the one C call that parses, which cannot be
 split). Smaller ones are parsed on the event loop (a few milliseconds at most)."""
 

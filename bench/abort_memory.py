@@ -65,7 +65,7 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
         env.update(DUET_PORT=str(port), DUET_CONFIG=str(config), DUET_API_KEYS=KEY, DUET_LOG_LEVEL="error",
                    DUET_STATE_URL=f"sqlite:///{directory}/state.db")
-        duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+        duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
             while True:

@@ -169,7 +169,7 @@ def main() -> None:
         DUET_API_KEYS="",
         DUET_LOG_LEVEL="warning",
     )
-    duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     try:
         asyncio.run(wait_http(f"http://127.0.0.1:{duet_port}/health"))
         asyncio.run(wait_http(f"{upstream_base}/models"))

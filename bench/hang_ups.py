@@ -45,7 +45,7 @@ def main() -> None:
     env = dict(os.environ, DUET_PORT=str(duet_port), DUET_REASONER_BASE_URL=upstream_base, DUET_REASONER_MODEL=REASONER,
                DUET_ANSWER_BASE_URL=upstream_base, DUET_ANSWER_MODEL=ANSWER, DUET_API_KEYS="", DUET_LOG_LEVEL="warning")
     with tempfile.TemporaryFile("w+") as log:
-        duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_http(f"http://127.0.0.1:{duet_port}/health")
             wait_http(f"{upstream_base}/models")

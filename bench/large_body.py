@@ -99,7 +99,7 @@ def run_case(name: str, body: bytes) -> dict[str, float]:
         DUET_ANSWER_BASE_URL=upstream_base, DUET_ANSWER_MODEL="bench-answer", DUET_API_KEYS="", DUET_LOG_LEVEL="warning",
         DUET_STATE_URL="memory://",
     )
-    duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{duet_port}"
     try:
         asyncio.run(wait_http(f"{base}/health"))

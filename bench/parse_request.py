@@ -15,8 +15,8 @@ import json
 import time
 from typing import Any
 
-from api.serving import _parse_request
-from api.settings import ServiceOptions
+from duet.api.serving import _parse_request
+from duet.api.settings import ServiceOptions
 
 USER = {"role": "user", "content": "hi"}
 PROPERTIES = {f"p{j}": {"type": "string", "description": "a field", "enum": ["a", "b"]} for j in range(4)}

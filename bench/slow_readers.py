@@ -99,7 +99,7 @@ def main() -> None:
     )
     if args.write_timeout is not None:
         env["DUET_WRITE_TIMEOUT"] = str(args.write_timeout)
-    duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     sockets: list[socket.socket] = []
     samples: list[dict[str, float | str]] = []
     try:

@@ -41,8 +41,8 @@ import yaml
 from autogen_core import FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage
 
-from agents import continuations
-from agents.continuations import Continuation, MemoryContinuationStore, RedisContinuationStore, SQLiteContinuationStore
+from duet.agents import continuations
+from duet.agents.continuations import Continuation, MemoryContinuationStore, RedisContinuationStore, SQLiteContinuationStore
 
 TTL = 24 * 3600.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +226,7 @@ def hung_server() -> int:
 
 
 def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -> None:
-    import agents.continuations as measured
+    import duet.agents.continuations as measured
 
     print(f"module: {measured.__file__}")
     checkout = Path(measured.__file__).resolve().parent.parent  # duet serve runs the code measured
@@ -253,7 +253,7 @@ def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -
                 env |= {"DUET_CONFIG": str(config), "DUET_PORT": str(duet_port), "DUET_STATE_URL": state_url, "DUET_LOG_LEVEL": "warning"}
                 log = Path(directory) / "duet.log"
                 with log.open("w") as log_file:
-                    duet = subprocess.Popen([sys.executable, "-m", "api.cli", "serve"], cwd=checkout, env=env,
+                    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=checkout, env=env,
                                             stdout=log_file, stderr=subprocess.STDOUT)
                 try:
                     deadline = time.monotonic() + 60

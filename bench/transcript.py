@@ -18,8 +18,8 @@ import time
 
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, UserMessage
 
-from agents.continuations import Continuation, splice
-from agents.conversation import as_transcript, conversation_from_openai, without_images
+from duet.agents.continuations import Continuation, splice
+from duet.agents.conversation import as_transcript, conversation_from_openai, without_images
 
 
 def best_ms(work, repeat: int) -> float:

@@ -13,8 +13,8 @@ import asyncio
 import json
 import sys
 
-from agents import ContentDelta, Duet, Failed, ReasoningDelta, ToolCallsRequested
-from api import EnvSettings
+from duet.agents import ContentDelta, Duet, Failed, ReasoningDelta, ToolCallsRequested
+from duet.api import EnvSettings
 
 TOOLS = [
     {

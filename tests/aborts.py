@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from tests.scripted_upstream import Reply, ScriptedCall
-from workbenches import service_tool
+from duet.workbenches import service_tool
 
 ABORT_POINTS = ("before_first_byte", "reasoning", "answer", "service_tool", "non_stream")
 

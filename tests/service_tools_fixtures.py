@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel
 
-from workbenches import RequestContext, service_tool
+from duet.workbenches import RequestContext, service_tool
 
 
 @service_tool

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from autogen_core import CancellationToken
 
-from agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings
-from agents.duet import TeamSlot
-from agents.model_client import ANSWER_MODEL_INFO
-from agents.runtime import LeanAgentRuntime
-from agents.settings import REASONER_MODEL_INFO
-from agents.team import build_team
+from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings
+from duet.agents.duet import TeamSlot
+from duet.agents.model_client import ANSWER_MODEL_INFO
+from duet.agents.runtime import LeanAgentRuntime
+from duet.agents.settings import REASONER_MODEL_INFO
+from duet.agents.team import build_team
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
 from tests.hang_ups import alarming_lines, hang_ups
 from tests.scripted_upstream import Reply, ScriptedUpstream

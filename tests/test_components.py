@@ -17,7 +17,7 @@ from autogen_agentchat.messages import HandoffMessage, TextMessage
 from autogen_core.models import ChatCompletionClient
 from autogen_core.tools import BaseTool, Workbench
 
-from agents import (
+from duet.agents import (
     AnswerAgent,
     AnswerSettings,
     Duet,
@@ -29,7 +29,7 @@ from agents import (
 )
 from tests.conftest import ANSWER, API_KEY, DUET, REASONER, ROOT, DuetServer, sse_events, tool
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
-from workbenches import DuetWorkbench, ProxyTool, model_safe_name, proxy_tools_from_openai
+from duet.workbenches import DuetWorkbench, ProxyTool, model_safe_name, proxy_tools_from_openai
 
 LOOKUP = tool("kb.lookup", "Looks something up in the knowledge base.")
 QUESTION = [{"role": "user", "content": "Look up duet"}]
@@ -58,7 +58,7 @@ def test_dump_load_round_trip(upstream: ScriptedUpstream, monkeypatch: pytest.Mo
     assert isinstance(proxy, ProxyTool) and proxy.schema["parameters"] == LOOKUP["function"]["parameters"]
     assert team.dump_component().model_dump(mode="json") == document if not studio else True
     if studio:
-        assert [p["config"]["tools"][0]["provider"] for p in document["config"]["participants"]] == ["workbenches.ProxyTool"] * 2
+        assert [p["config"]["tools"][0]["provider"] for p in document["config"]["participants"]] == ["duet.workbenches.ProxyTool"] * 2
         assert answerer.model_client.__class__.__name__ == "OpenAIChatCompletionClient"
     else:
         assert all("workbench" in p["config"] for p in document["config"]["participants"])
@@ -167,7 +167,7 @@ def test_broken_team_file_names_the_provider(team_file: Path, tmp_path: Path) ->
     document["config"]["participants"][0]["config"]["reason_on_tool_results"] = "sometimes"
     broken.write_text(json.dumps(document))
     result = subprocess.run([DUET, "serve", "--team", str(broken)], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert result.returncode == 2 and "provider 'agents.ReasoningAgent' (agent) failed to load" in result.stderr
+    assert result.returncode == 2 and "provider 'duet.agents.ReasoningAgent' (agent) failed to load" in result.stderr
 
 
 def test_export_team_command(tmp_path: Path, upstream: ScriptedUpstream) -> None:

@@ -11,8 +11,8 @@ import openai
 import pytest
 import yaml
 
-from agents import PipelineSettings
-from api import EnvSettings
+from duet.agents import PipelineSettings
+from duet.api import EnvSettings
 from tests.conftest import ANSWER, API_KEY, DUET, REASONER, ROOT, DuetServer, sse_events
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
@@ -108,7 +108,7 @@ def test_config_errors_stop_startup_with_a_clear_message(tmp_path: Path) -> None
 
 
 def test_the_example_config_parses() -> None:
-    from api import ConfigFile
+    from duet.api import ConfigFile
 
     config = ConfigFile.load(ROOT / "duet.example.yaml")
     assert all(isinstance(p, PipelineSettings) for p in config.pipelines)
@@ -116,7 +116,7 @@ def test_the_example_config_parses() -> None:
 
 def test_every_service_wide_setting_is_documented() -> None:
     """The README's table names each setting as a variable and a YAML key, and the file accepts the key."""
-    from api.settings import ConfigFile, ServiceOptions
+    from duet.api.settings import ConfigFile, ServiceOptions
 
     readme = (ROOT / "README.md").read_text()
     for name in ServiceOptions.model_fields:

@@ -18,13 +18,13 @@ import httpx
 import pytest
 import uvicorn
 
-from agents import AnswerSettings, PipelineSettings, ReasonerSettings
-from api.app import ServiceConfig, create_app
-from api.settings import ServiceOptions
+from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings
+from duet.api.app import ServiceConfig, create_app
+from duet.api.settings import ServiceOptions
 from tests.aborts import ABORT_POINTS, abort_many, abort_responder
 from tests.conftest import free_port, wait_for_port
 from tests.scripted_upstream import ScriptedUpstream
-from workbenches import ToolsSettings
+from duet.workbenches import ToolsSettings
 
 KEY = "leak-key"
 

@@ -1,4 +1,4 @@
-"""The Python API (``agents.Duet``) used directly, without the HTTP service."""
+"""The Python API (``duet.agents.Duet``) used directly, without the HTTP service."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from autogen_agentchat.messages import TextMessage
 from autogen_core import CancellationToken
 
-from agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
+from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
 from tests.conftest import ANSWER, REASONER, ROOT
 from tests.scripted_upstream import Reply, ScriptedUpstream
-from workbenches import McpServerSettings, ToolsSettings
+from duet.workbenches import McpServerSettings, ToolsSettings
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -24,7 +24,7 @@ import yaml
 from autogen_core import FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage
 
-from agents.continuations import Continuation, MemoryContinuationStore, SQLiteContinuationStore
+from duet.agents.continuations import Continuation, MemoryContinuationStore, SQLiteContinuationStore
 from tests.conftest import ANSWER, DUET, REASONER, ROOT, DuetServer, free_port, sse_events, stop_process, wait_for_port
 from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.test_service_tools import NOTIFY, QUESTION, answer_from_results, assert_whole_round_restored, follow_up, mixed_round
@@ -327,7 +327,7 @@ def test_unwritable_sqlite_path_stops_startup_naming_it(tmp_path: Path, where: s
 def test_ping_tells_a_reachable_store_from_a_down_or_hung_one(redis_server: dict[str, Any], hung_redis: str, tmp_path: Path) -> None:
     """What readiness checks call: it answers for a working store, and raises within the store
     timeout for one that refuses connections or never answers."""
-    from agents.continuations import StoreUnavailable, open_store
+    from duet.agents.continuations import StoreUnavailable, open_store
 
     async def main() -> None:
         for url in (f"sqlite:///{tmp_path}/state.db", redis_server["url"]):
@@ -367,8 +367,8 @@ class BrokenStore(MemoryContinuationStore):
 def test_duet_guards_a_store_passed_in_from_python(upstream: ScriptedUpstream, hang: bool, caplog: pytest.LogCaptureFixture) -> None:
     """``Duet`` wraps any store it is given in the one guard: a hung read is cut at the store timeout
     and a failing store is reported once per outage, and the follow-ups are answered all the same."""
-    from agents import AnswerSettings, Duet, PipelineSettings, ReasonerSettings
-    from agents.continuations import DEFAULT_STORE_TIMEOUT, GuardedStore
+    from duet.agents import AnswerSettings, Duet, PipelineSettings, ReasonerSettings
+    from duet.agents.continuations import DEFAULT_STORE_TIMEOUT, GuardedStore
 
     call = {"id": "call_" + "0" * 24, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
     messages = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": call["id"], "content": "r"}]

@@ -19,10 +19,10 @@ import pytest
 from autogen_core import ComponentModel
 from autogenstudio.validation.validation_service import ValidationService
 
-from agents import AnswerSettings, PipelineSettings, ReasonerSettings, export_team
+from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings, export_team
 from tests.conftest import ANSWER, REASONER, ROOT, free_port, stop_process, tool
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
-from workbenches import model_safe_name, proxy_tools_from_openai
+from duet.workbenches import model_safe_name, proxy_tools_from_openai
 
 STUDIO = str(Path(sys.executable).parent / "autogenstudio")
 LOOKUP = tool("kb.lookup", "Looks something up in the knowledge base.")

@@ -9,11 +9,11 @@ import time
 import pytest
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, SystemMessage, UserMessage
 
-from agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
-from agents.conversation import MISSING_RESULT, as_transcript
-from agents.thinking import ThinkTagSplitter, strip_think_blocks
+from duet.agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
+from duet.agents.conversation import MISSING_RESULT, as_transcript
+from duet.agents.thinking import ThinkTagSplitter, strip_think_blocks
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
-from workbenches import DuetWorkbench, ProxyTool, model_safe_name
+from duet.workbenches import DuetWorkbench, ProxyTool, model_safe_name
 
 
 def split(pieces: list[str]) -> tuple[str, str]:
@@ -161,7 +161,7 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
 
     from autogen_core import FunctionCall
 
-    from agents.continuations import Continuation, MemoryContinuationStore, SQLiteContinuationStore, open_store
+    from duet.agents.continuations import Continuation, MemoryContinuationStore, SQLiteContinuationStore, open_store
 
     turn = [AssistantMessage(content=[FunctionCall(id="c1", name="f", arguments="{}")], source="a"),
             FunctionExecutionResultMessage(content=[])]
@@ -182,7 +182,7 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
 
 
 def test_sse_parser_handles_crlf_split_across_reads() -> None:
-    from agents.model_client import _sse_data
+    from duet.agents.model_client import _sse_data
 
     class Content:
         def __init__(self, pieces: list[bytes]) -> None:
@@ -205,7 +205,7 @@ def test_sse_parser_handles_crlf_split_across_reads() -> None:
 
 
 def test_function_tool_arguments_keep_their_types() -> None:
-    from workbenches import PythonFunctionTool
+    from duet.workbenches import PythonFunctionTool
 
     tool = PythonFunctionTool("tests.service_tools_fixtures:report")
     result = asyncio.run(tool.run_json({"window": {"days": 3}, "tags": ["a", "b"]}, cancellation_token=None))  # type: ignore[arg-type]
@@ -213,7 +213,7 @@ def test_function_tool_arguments_keep_their_types() -> None:
 
 
 def test_http_tool_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workbenches import HttpToolSettings
+    from duet.workbenches import HttpToolSettings
 
     monkeypatch.setenv("WEATHER_TOKEN", "s3cret")
     tool = HttpToolSettings(name="w", url="https://api.example.com/w/{city}", headers={"Authorization": "Bearer ${WEATHER_TOKEN}"}).build()
@@ -228,14 +228,14 @@ def test_http_tool_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_internal_errors_do_not_leak_details() -> None:
-    from api.errors import as_api_error
+    from duet.api.errors import as_api_error
 
     error = as_api_error(RuntimeError('Traceback (most recent call last):\n  File "/site-packages/x.py"'))
     assert error.status == 500 and "Traceback" not in error.detail.message and "site-packages" not in error.detail.message
 
 
 def test_environment_wins_over_the_yaml(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from api import ServiceConfig
+    from duet.api import ServiceConfig
 
     config = tmp_path / "duet.yaml"
     config.write_text("ping_interval: 0.3\nstate_url: memory://\npipelines: [{name: a, answer: {model: m}}]\n")

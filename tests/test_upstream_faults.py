@@ -309,7 +309,7 @@ def test_an_echoed_key_is_masked_in_the_body_and_the_log(
 def test_check_ready(upstream: ScriptedUpstream) -> None:
     import asyncio
 
-    from agents import OpenAICompatibleClient, UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
+    from duet.agents import OpenAICompatibleClient, UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
 
     async def probe(base_url: str, timeout: float = 2.0) -> BaseException | None:
         client = OpenAICompatibleClient(ANSWER, base_url, api_key=UPSTREAM_KEY)

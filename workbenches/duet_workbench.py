@@ -31,7 +31,7 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
     'lookup'
     """
 
-    component_provider_override = "workbenches.DuetWorkbench"
+    component_provider_override = "duet.workbenches.DuetWorkbench"
     component_config_schema = DuetWorkbenchConfig  # type: ignore[assignment]
 
     def __init__(self, tools: Sequence[BaseTool[Any, Any]]) -> None:

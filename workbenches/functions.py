@@ -4,7 +4,7 @@ Mark functions with :func:`service_tool` and name them by import path
 (``package.module:function``, or ``package.module`` for every marked function in it)::
 
     from typing import Annotated
-    from workbenches import RequestContext, service_tool
+    from duet.workbenches import RequestContext, service_tool
 
     @service_tool(timeout=10)
     def lookup_customer(
@@ -120,7 +120,7 @@ class PythonFunctionTool(BaseTool[BaseModel, Any], Component[PythonFunctionToolC
 
     component_type = "tool"
     component_config_schema = PythonFunctionToolConfig
-    component_provider_override = "workbenches.PythonFunctionTool"
+    component_provider_override = "duet.workbenches.PythonFunctionTool"
 
     def __init__(
         self,

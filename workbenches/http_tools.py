@@ -21,7 +21,7 @@ class HttpServiceTool(HttpTool):
     (``Authorization: "Bearer ${WEATHER_TOKEN}"``): expanded when the tool is built, kept as written
     when it is dumped, so an exported team carries the reference and never the secret."""
 
-    component_provider_override = "workbenches.HttpServiceTool"
+    component_provider_override = "duet.workbenches.HttpServiceTool"
 
     def __init__(self, *args: Any, headers: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
         self._header_templates = dict(headers or {})

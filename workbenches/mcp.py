@@ -201,7 +201,7 @@ class McpServerTool(BaseTool[ProxyToolArgs, ToolResult], Component[McpServerTool
 
     component_type = "tool"
     component_config_schema = McpServerToolConfig
-    component_provider_override = "workbenches.McpServerTool"
+    component_provider_override = "duet.workbenches.McpServerTool"
 
     def __init__(self, server: McpServer, schema: ToolSchema) -> None:
         self._server = server

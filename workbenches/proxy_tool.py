@@ -63,7 +63,7 @@ class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):
 
     component_type = "tool"
     component_config_schema = ProxyToolConfig
-    component_provider_override = "workbenches.ProxyTool"
+    component_provider_override = "duet.workbenches.ProxyTool"
 
     def __init__(
         self,
