@@ -35,6 +35,7 @@ from .continuations import (
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results, last_user_text
 from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from .legacy_providers import with_current_providers
 from .model_client import ANSWER_MODEL_INFO
 from .run_context import AnswerOptions, DuetRun, bind_run
 from .runtime import LeanAgentRuntime
@@ -540,16 +541,17 @@ class Duet:
 
 
 def load_team_config(team: ComponentModel | Mapping[str, Any] | str | Path) -> ComponentModel:
-    """A team component from a ``ComponentModel``, a dict, or the path of a JSON file."""
+    """A team component from a ``ComponentModel``, a dict, or the path of a JSON file; providers
+    under Duet's old top-level names (``agents.ReasoningAgent``) are renamed, with a warning."""
     if isinstance(team, ComponentModel):
-        return team
+        team = team.model_dump()
     if isinstance(team, (str, Path)):
         try:
             team = json.loads(Path(team).read_text())
         except (OSError, ValueError) as exc:
             raise TeamLoadError(f"cannot read team file {team}: {exc}") from exc
     try:
-        return ComponentModel.model_validate(team)
+        return ComponentModel.model_validate(with_current_providers(team))
     except ValueError as exc:
         raise TeamLoadError(f"not a component: {exc}") from exc
 

@@ -1,0 +1,48 @@
+"""Team files exported before Duet's packages moved under ``duet.`` name providers such as
+``agents.ReasoningAgent``; this maps them to the current names (the one home of that mapping)."""
+
+import warnings
+from typing import Any
+
+from duet.workbenches import DuetWorkbench, HttpServiceTool, McpServerTool, ProxyTool, PythonFunctionTool
+
+from .answer_agent import AnswerAgent
+from .model_client import OpenAICompatibleClient
+from .reasoning_agent import ReasoningAgent
+
+_COMPONENTS = (ReasoningAgent, AnswerAgent, OpenAICompatibleClient, DuetWorkbench, ProxyTool, PythonFunctionTool,
+               McpServerTool, HttpServiceTool)
+
+
+def _legacy_names(component: type) -> dict[str, str]:
+    """Both old spellings a dump could hold: the short provider and the full module path."""
+    current: str = component.component_provider_override  # type: ignore[attr-defined]
+    full_path = f"{component.__module__}.{component.__qualname__}"
+    return {current.removeprefix("duet."): current, full_path.removeprefix("duet."): current}
+
+
+LEGACY_PROVIDERS: dict[str, str] = {old: new for component in _COMPONENTS for old, new in _legacy_names(component).items()}
+
+
+def with_current_providers(tree: Any) -> Any:
+    """The component tree (a dumped ``ComponentModel``) with every legacy provider renamed,
+    warning once per tree; only Duet's own names are touched (a user's ``agents.X`` stays)."""
+    renamed: set[str] = set()
+
+    def rename(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rename(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        result = {key: rename(value) for key, value in node.items()}
+        provider = result.get("provider")
+        if isinstance(provider, str) and provider in LEGACY_PROVIDERS and "config" in result:
+            renamed.add(provider)
+            result["provider"] = LEGACY_PROVIDERS[provider]
+        return result
+
+    upgraded = rename(tree)
+    if renamed:
+        warnings.warn(f"team file names providers by their old top-level names ({', '.join(sorted(renamed))}); loaded as duet.*, "
+                      "re-export it with `duet export-team` to drop this warning", FutureWarning, stacklevel=3)
+    return upgraded
