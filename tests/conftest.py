@@ -54,7 +54,7 @@ def stop_process(process: subprocess.Popen) -> None:  # type: ignore[type-arg]
 class DuetServer:
     """``duet serve`` in a subprocess; stopped by its PID."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT, command: str = DUET) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -65,7 +65,7 @@ class DuetServer:
         full_env["DUET_PORT"] = str(self.port)
         keys = [key.strip() for key in full_env.get("DUET_API_KEYS", "").split(",") if key.strip()]
         self.key_header = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
-        self.process = subprocess.Popen([DUET, "serve", *args], env=full_env, cwd=ROOT, stdout=self._log_file, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen([command, "serve", *args], env=full_env, cwd=cwd, stdout=self._log_file, stderr=subprocess.STDOUT)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
