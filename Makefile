@@ -29,4 +29,8 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	# AutoGen Studio declares autogen < 0.6 but runs with 0.7.5: installed last, without its pins.
 	$(PIP) install -q --no-deps autogenstudio==0.4.2.2
 	scripts/ensure-redis
+	# The packaging test installs the built wheel beside openai-agents in a fresh venv, offline:
+	# what that venv and the wheel's build need is fetched here (websockets is left free: openai-agents caps it below 17).
+	grep -v '^websockets==' constraints.txt > $(VENV)/constraints-packaging.txt
+	$(PIP) download -q -d $(VENV)/wheelhouse -c $(VENV)/constraints-packaging.txt . openai-agents "setuptools>=69"
 	touch $@

@@ -5,7 +5,6 @@ can hold service tools, and team files exported under the old names still load."
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,10 @@ from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 # What the wheel is built from (as the Dockerfile copies it); a copy, so no build output lands in the tree.
 SOURCES = ["pyproject.toml", "README.md", "constraints.txt", "duet", "agents", "workbenches", "api"]
 QUESTION = [{"role": "user", "content": "Who is a@b.c?"}]
+
+
+WHEELHOUSE = Path(sys.prefix) / "wheelhouse"
+"""Filled by the test setup (``make test``): what the fresh venv below installs, so the test itself is offline."""
 
 
 def upstream_env(upstream: ScriptedUpstream) -> dict[str, str]:
@@ -48,7 +51,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in SOURCES:
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, source / name)  # type: ignore[operator]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(source / "dist"), str(source)],
+    # Its build backend (setuptools) comes from the wheelhouse the test setup filled: nothing is fetched.
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--find-links", str(WHEELHOUSE),
+                    "-w", str(source / "dist"), str(source)],
                    check=True, capture_output=True, timeout=120)
     [built] = (source / "dist").glob("*.whl")
     return built
@@ -74,23 +79,18 @@ def test_editable_install_imports_duet_only_from_anywhere(tmp_path: Path) -> Non
     assert specs == "None None"  # `agents` and `api` stay free for other packages
 
 
-def package_index_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
-
-
 @pytest.mark.packaging
 def test_wheel_beside_openai_agents_in_one_venv(wheel: Path, upstream: ScriptedUpstream, tmp_path: Path) -> None:
     """Built wheel first, then openai-agents (the order that overwrote ``agents/__init__.py``): both work."""
+    assert any(WHEELHOUSE.glob("openai_agents-*.whl")), f"{WHEELHOUSE} lacks openai-agents: run the test setup (make test)"
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    # openai-agents caps websockets below 17, which uvicorn[standard] accepts too: that one pin is left to pip.
-    constraints = tmp_path / "constraints.txt"
-    pinned = (ROOT / "constraints.txt").read_text().splitlines()
-    constraints.write_text("\n".join(line for line in pinned if not line.startswith("websockets==")))
-    [agents_sdk] = [line for line in pinned if line.startswith("openai-agents==")]
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+           "--no-index", "--find-links", str(WHEELHOUSE)]
+    constraints = Path(sys.prefix) / "constraints-packaging.txt"  # the project's pins but websockets (openai-agents caps it below 17)
+    [agents_sdk] = [line for line in constraints.read_text().splitlines() if line.startswith("openai-agents==")]
     for requirement in (str(wheel), agents_sdk):
-        result = subprocess.run([*pip, "-c", str(constraints), requirement], capture_output=True, text=True, timeout=300, env=package_index_env())
+        result = subprocess.run([*pip, "-c", str(constraints), requirement], capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
 
     probe = ("from agents import Agent, Runner; import agents, duet.agents, duet.workbenches, duet.api;"
