@@ -13,36 +13,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # tests/ (this folder, first on the path, holds bench.py)
 
-from bench import free_port, memory_mb  # noqa: E402
+from harness import free_port, memory_mb, start_duet, stop, wait_idle  # noqa: E402
 from tests.aborts import abort_many, abort_responder  # noqa: E402
 from tests.scripted_upstream import ScriptedUpstream  # noqa: E402
 
 KEY = "bench-key"
-
-
-def wait_idle(base_url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base_url}/health", timeout=5).json().get("in_flight") == 0:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("Duet did not become idle")
 
 
 def main() -> None:
@@ -61,33 +46,20 @@ def main() -> None:
                            "tools": {"functions": ["tests.aborts:slow_lookup"]}}],
         }))
         port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
-        env.update(DUET_PORT=str(port), DUET_CONFIG=str(config), DUET_API_KEYS=KEY, DUET_LOG_LEVEL="error",
-                   DUET_STATE_URL=f"sqlite:///{directory}/state.db")
-        duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+        duet = start_duet(port, {"DUET_CONFIG": str(config), "DUET_API_KEYS": KEY, "DUET_LOG_LEVEL": "error",
+                                 "DUET_STATE_URL": f"sqlite:///{directory}/state.db"})
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    httpx.get(f"{base_url}/health", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
             print(f"{args.aborts} hang-ups per round over every point, concurrency {args.concurrency}")
             print(f"  round 0 (started)   RSS {memory_mb(duet.pid)[0]:.0f} MB")
             for round_number in range(1, args.rounds + 1):
                 started = time.monotonic()
                 asyncio.run(abort_many(port, "duet", args.aborts, KEY, args.concurrency))
-                wait_idle(base_url)
+                if wait_idle(port, KEY) != 0:
+                    raise RuntimeError("Duet did not become idle")
                 upstream.requests.clear()
                 print(f"  round {round_number} ({time.monotonic() - started:.0f} s)      RSS {memory_mb(duet.pid)[0]:.0f} MB", flush=True)
         finally:
-            duet.terminate()
-            duet.wait(30)
-
+            stop(duet)
 
 if __name__ == "__main__":
     main()

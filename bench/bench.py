@@ -18,49 +18,12 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parent.parent
-REASONER, ANSWER = "bench-r1", "bench-answer"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def memory_mb(pid: int) -> tuple[float, float]:
-    """Resident set size now, and its peak, of a process (from /proc)."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(url) as response:
-                    if response.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not come up")
-            await asyncio.sleep(0.1)
+from harness import ANSWER, REASONER, cpu_seconds, memory_mb, served
 
 
 class Client:
@@ -152,34 +115,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
-    upstream_port, duet_port = free_port(), free_port()
-    upstream = subprocess.Popen(
-        [sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port),
-         "--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens)],
-        cwd=ROOT, stdout=subprocess.DEVNULL,
-    )
-    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
-    env = dict(
-        os.environ,
-        DUET_PORT=str(duet_port),
-        DUET_REASONER_BASE_URL=upstream_base,
-        DUET_REASONER_MODEL=REASONER,
-        DUET_ANSWER_BASE_URL=upstream_base,
-        DUET_ANSWER_MODEL=ANSWER,
-        DUET_API_KEYS="",
-        DUET_LOG_LEVEL="warning",
-    )
-    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
-    try:
-        asyncio.run(wait_http(f"http://127.0.0.1:{duet_port}/health"))
-        asyncio.run(wait_http(f"{upstream_base}/models"))
+    tokens = ["--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens)]
+    with served(tokens) as services:
         results = asyncio.run(
-            measure(args, duet.pid, f"http://127.0.0.1:{duet_port}/v1/chat/completions", f"{upstream_base}/chat/completions")
+            measure(args, services.duet.pid, f"{services.base_url}/v1/chat/completions", f"{services.upstream_base}/chat/completions")
         )
-    finally:
-        for process in (duet, upstream):
-            process.terminate()
-            process.wait(10)
     if args.json:
         print(json.dumps(results, indent=2))
         return

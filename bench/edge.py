@@ -94,7 +94,7 @@ async def post_raw(port: int, body: bytes, *, chunked: bool) -> str:
         if chunked:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
-    except (ConnectionError, OSError) as exc:
+    except (ConnectionError, OSError):
         pass  # the server answered early and closed: read what it said
     try:
         line = await asyncio.wait_for(reader.readline(), 120)

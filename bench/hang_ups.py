@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # after this script's folder: ``bench`` below is bench/bench.py
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
 
-from bench import free_port  # noqa: E402
-from slow_readers import ANSWER, REASONER, in_flight, wait_http  # noqa: E402
+from harness import in_flight, served, wait_idle  # noqa: E402
 from tests.hang_ups import hang_ups  # noqa: E402
 
 
@@ -35,32 +31,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
-    upstream_port, duet_port = free_port(), free_port()
-    upstream = subprocess.Popen(
-        [sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port),
-         "--reasoning-tokens", "10", "--answer-tokens", "10", "--delay-between", "0.02"],
-        cwd=ROOT, stdout=subprocess.DEVNULL,
-    )
-    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
-    env = dict(os.environ, DUET_PORT=str(duet_port), DUET_REASONER_BASE_URL=upstream_base, DUET_REASONER_MODEL=REASONER,
-               DUET_ANSWER_BASE_URL=upstream_base, DUET_ANSWER_MODEL=ANSWER, DUET_API_KEYS="", DUET_LOG_LEVEL="warning")
+    upstream_args = ["--reasoning-tokens", "10", "--answer-tokens", "10", "--delay-between", "0.02"]
     with tempfile.TemporaryFile("w+") as log:
-        duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_http(f"http://127.0.0.1:{duet_port}/health")
-            wait_http(f"{upstream_base}/models")
+        with served(upstream_args, log=log) as services:
             started = time.monotonic()
-            asyncio.run(hang_ups(duet_port, args.requests, args.at_once, args.seed))
+            asyncio.run(hang_ups(services.port, args.requests, args.at_once, args.seed))
             took = time.monotonic() - started
-            deadline = time.monotonic() + 15
-            while in_flight(duet_port) not in ("0", "-") and time.monotonic() < deadline:
-                time.sleep(0.2)
-            left = in_flight(duet_port)
+            wait_idle(services.port, timeout=15)
+            left = in_flight(services.port)
             time.sleep(1)  # what the last runs' clean-up logs
-        finally:
-            for process in (duet, upstream):
-                process.terminate()
-                process.wait(10)
         log.seek(0)
         lines = log.read().splitlines()
     errors = [line for line in lines if " ERROR " in line or line.startswith("ERROR:")]  # Duet's format, uvicorn's

@@ -23,14 +23,12 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 
-from bench import free_port, memory_mb, wait_http
+from harness import memory_mb, served
 
 ROOT = Path(__file__).resolve().parent.parent
 USER = {"role": "user", "content": ""}
@@ -90,28 +88,11 @@ async def measure(base: str, body: bytes) -> dict[str, float]:
 
 
 def run_case(name: str, body: bytes) -> dict[str, float]:
-    upstream_port, duet_port = free_port(), free_port()
-    upstream = subprocess.Popen([sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port)], cwd=ROOT,
-                                stdout=subprocess.DEVNULL)
-    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
-    env = dict(
-        os.environ, DUET_PORT=str(duet_port), DUET_REASONER_BASE_URL=upstream_base, DUET_REASONER_MODEL="bench-r1",
-        DUET_ANSWER_BASE_URL=upstream_base, DUET_ANSWER_MODEL="bench-answer", DUET_API_KEYS="", DUET_LOG_LEVEL="warning",
-        DUET_STATE_URL="memory://",
-    )
-    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{duet_port}"
-    try:
-        asyncio.run(wait_http(f"{base}/health"))
-        rss_before, _ = memory_mb(duet.pid)
-        result = asyncio.run(measure(base, body))
-        rss_after, peak = memory_mb(duet.pid)
-        result |= {"body_mb": len(body) / 1e6, "rss_before_mb": rss_before, "rss_after_mb": rss_after, "rss_peak_mb": peak}
-        return result
-    finally:
-        for process in (duet, upstream):
-            process.terminate()
-            process.wait(10)
+    with served(env={"DUET_STATE_URL": "memory://"}) as services:
+        rss_before, _ = memory_mb(services.duet.pid)
+        result = asyncio.run(measure(services.base_url, body))
+        rss_after, peak = memory_mb(services.duet.pid)
+        return result | {"body_mb": len(body) / 1e6, "rss_before_mb": rss_before, "rss_after_mb": rss_after, "rss_peak_mb": peak}
 
 
 def main() -> None:

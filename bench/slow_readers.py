@@ -14,33 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
-
-import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench import free_port, memory_mb  # noqa: E402  (the same helpers as the main benchmark)
-
-REASONER, ANSWER = "bench-r1", "bench-answer"
 
 
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
+from harness import in_flight, memory_mb, served
 
 
 def unread_stream(port: int) -> socket.socket:
@@ -63,13 +41,6 @@ def unread_stream(port: int) -> socket.socket:
     return sock
 
 
-def in_flight(port: int) -> str:
-    try:
-        return str(httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json().get("in_flight", "-"))
-    except (httpx.HTTPError, ValueError):
-        return "-"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", type=int, default=20, help="clients that stop reading (default 20)")
@@ -80,48 +51,26 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the samples as JSON")
     args = parser.parse_args()
 
-    upstream_port, duet_port = free_port(), free_port()
-    upstream = subprocess.Popen(
-        [sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port),
-         "--reasoning-tokens", "40", "--answer-tokens", str(args.answer_tokens)],
-        cwd=ROOT, stdout=subprocess.DEVNULL,
-    )
-    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
-    env = dict(
-        os.environ,
-        DUET_PORT=str(duet_port),
-        DUET_REASONER_BASE_URL=upstream_base,
-        DUET_REASONER_MODEL=REASONER,
-        DUET_ANSWER_BASE_URL=upstream_base,
-        DUET_ANSWER_MODEL=ANSWER,
-        DUET_API_KEYS="",
-        DUET_LOG_LEVEL="warning",
-    )
-    if args.write_timeout is not None:
-        env["DUET_WRITE_TIMEOUT"] = str(args.write_timeout)
-    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    env = {"DUET_WRITE_TIMEOUT": str(args.write_timeout)} if args.write_timeout is not None else {}
     sockets: list[socket.socket] = []
     samples: list[dict[str, float | str]] = []
-    try:
-        wait_http(f"http://127.0.0.1:{duet_port}/health")
-        wait_http(f"{upstream_base}/models")
-        started_mb = memory_mb(duet.pid)[0]
-        sockets = [unread_stream(duet_port) for _ in range(args.streams)]
-        opened = time.monotonic()
-        while True:
-            elapsed = time.monotonic() - opened
-            rss, peak = memory_mb(duet.pid)
-            samples.append({"seconds": round(elapsed, 1), "rss_mb": round(rss, 1), "growth_mb": round(rss - started_mb, 1),
-                            "peak_mb": round(peak, 1), "in_flight": in_flight(duet_port)})
-            if elapsed >= args.seconds:
-                break
-            time.sleep(min(args.interval, args.seconds - elapsed))
-    finally:
-        for sock in sockets:
-            sock.close()
-        for process in (duet, upstream):
-            process.terminate()
-            process.wait(10)
+    with served(["--reasoning-tokens", "40", "--answer-tokens", str(args.answer_tokens)], env) as services:
+        try:
+            started_mb = memory_mb(services.duet.pid)[0]
+            sockets = [unread_stream(services.port) for _ in range(args.streams)]
+            opened = time.monotonic()
+            while True:
+                elapsed = time.monotonic() - opened
+                rss, peak = memory_mb(services.duet.pid)
+                count = in_flight(services.port)
+                samples.append({"seconds": round(elapsed, 1), "rss_mb": round(rss, 1), "growth_mb": round(rss - started_mb, 1),
+                                "peak_mb": round(peak, 1), "in_flight": "-" if count is None else str(count)})
+                if elapsed >= args.seconds:
+                    break
+                time.sleep(min(args.interval, args.seconds - elapsed))
+        finally:
+            for sock in sockets:
+                sock.close()
     if args.json:
         print(json.dumps({"rss_started_mb": round(started_mb, 1), "samples": samples}, indent=2))
         return

@@ -16,7 +16,7 @@ import argparse
 import json
 import time
 
-from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, UserMessage
+from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage
 
 from duet.agents.continuations import Continuation, splice
 from duet.agents.conversation import as_transcript, conversation_from_openai, without_images
