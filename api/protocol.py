@@ -1,15 +1,31 @@
-"""The OpenAI wire format Duet reads: defined once, here.
+"""The OpenAI wire format, defined once, here: what Duet reads and what it writes.
 
-Only what Duet acts on is modelled; unknown fields are ignored, as OpenAI-compatible servers must.
-Messages stay plain dicts: ``duet.agents.conversation_from_openai`` validates and converts them in one
-pass (with error paths like ``messages[2].content``).
+Requests: only what Duet acts on is modelled; unknown fields are ignored, as OpenAI-compatible
+servers must. Messages stay plain dicts: ``duet.agents.conversation_from_openai`` validates and
+converts them in one pass (with error paths like ``messages[2].content``).
+
+Responses: every shape Duet writes (``chat.completion``, ``chat.completion.chunk``, the model list,
+the error body). A model's ``model_dump(mode="json")`` is its exact JSON: optional fields OpenAI
+leaves out are left out when ``None`` (:data:`Omitted`); fields OpenAI writes as ``null`` stay.
+The streamed path writes chunks with a byte encoder (:mod:`duet.api.chunks`) for speed; a unit test
+holds it equal to these models.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 INT64_MAX = 2**63 - 1
 """OpenAI's integer fields are int64: a larger number is refused here, not by the answer model."""
@@ -162,3 +178,139 @@ class ErrorBody(BaseModel):
     """``{"error": {"message", "type", "param", "code"}}`` — the only error shape Duet answers with."""
 
     error: ErrorDetail
+
+
+# ---- Responses -------------------------------------------------------------------------------
+
+
+class _Omitted:
+    """Marks an optional response field that is left out of the JSON while it is ``None``."""
+
+
+Omitted = _Omitted()
+"""``Annotated[Optional[X], Omitted]``: absent from the JSON when ``None`` (OpenAI omits it, not ``null``)."""
+
+
+class _Response(BaseModel):
+    """A response object: its ``model_dump(mode="json")`` is exactly what goes on the wire."""
+
+    _omitted: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._omitted = frozenset(name for name, info in cls.model_fields.items() if Omitted in info.metadata)
+
+    # No return annotation: pydantic would take it as the JSON schema of the response (the API docs).
+    @model_serializer(mode="wrap")
+    def _leave_out_omitted(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        data: dict[str, Any] = handler(self)
+        for name in self._omitted:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
+
+
+WireFinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+"""Why a choice ended; ``function_call`` answers a legacy ``functions`` request."""
+
+
+class CompletionUsage(_Response):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int) -> "CompletionUsage":
+        return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+
+
+class CalledFunction(_Response):
+    """The function a tool call (or a legacy ``function_call``) names, with its arguments as a JSON string."""
+
+    name: str
+    arguments: str
+
+
+class ChatCompletionMessageToolCall(_Response):
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class ChatCompletionMessage(_Response):
+    role: Literal["assistant"] = "assistant"
+    content: Optional[str]  # null when the message is only tool calls
+    reasoning_content: Annotated[Optional[str], Omitted] = None
+    tool_calls: Annotated[Optional[list[ChatCompletionMessageToolCall]], Omitted] = None
+    function_call: Annotated[Optional[CalledFunction], Omitted] = None
+
+
+class Choice(_Response):
+    index: int = 0
+    message: ChatCompletionMessage
+    logprobs: None = None
+    finish_reason: WireFinishReason
+
+
+class ChatCompletion(_Response):
+    """The non-streamed response."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: CompletionUsage
+
+
+class ChoiceDeltaFunctionCall(_Response):
+    """A piece of a call: the first carries the name (and empty arguments), the next the arguments."""
+
+    name: Annotated[Optional[str], Omitted] = None
+    arguments: str
+
+
+class ChoiceDeltaToolCall(_Response):
+    index: int
+    id: Annotated[Optional[str], Omitted] = None
+    type: Annotated[Optional[Literal["function"]], Omitted] = None
+    function: ChoiceDeltaFunctionCall
+
+
+class ChoiceDelta(_Response):
+    role: Annotated[Optional[Literal["assistant"]], Omitted] = None
+    content: Annotated[Optional[str], Omitted] = None
+    reasoning_content: Annotated[Optional[str], Omitted] = None
+    tool_calls: Annotated[Optional[list[ChoiceDeltaToolCall]], Omitted] = None
+    function_call: Annotated[Optional[ChoiceDeltaFunctionCall], Omitted] = None
+
+
+class ChunkChoice(_Response):
+    index: int = 0
+    delta: ChoiceDelta
+    logprobs: None = None
+    finish_reason: Optional[WireFinishReason] = None
+
+
+class ChatCompletionChunk(_Response):
+    """One streamed event. The ``stream_options.include_usage`` chunk has ``choices: []`` and ``usage``."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Annotated[Optional[CompletionUsage], Omitted] = None
+
+
+class Model(_Response):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "duet"
+
+
+class ModelList(_Response):
+    object: Literal["list"] = "list"
+    data: list[Model]
