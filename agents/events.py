@@ -76,3 +76,26 @@ DuetEvent = Annotated[
     Union[ReasoningDelta, ContentDelta, ToolCallsRequested, Usage, Finished, Failed],
     Field(discriminator="kind"),
 ]
+
+
+class ReasoningParagraphs:
+    """Joins reasoning from several sources: where one source's thinking follows another's (the
+    answer model's own after the reasoner's), it starts a new paragraph. The one home of that rule,
+    for the HTTP responses and :class:`duet.agents.DuetResult` alike.
+
+    >>> paragraphs = ReasoningParagraphs()
+    >>> [paragraphs.text(ReasoningDelta(text=t, source=s)) for t, s in [("a", "reasoner"), ("b", "reasoner"), ("c", "answerer")]]
+    ['a', 'b', '\\n\\nc']
+    """
+
+    __slots__ = ("_source",)
+
+    def __init__(self) -> None:
+        self._source = ""
+
+    def text(self, delta: ReasoningDelta) -> str:
+        """``delta``'s text, after a paragraph break if it comes from another source than the last one."""
+        if delta.source == self._source:
+            return delta.text
+        previous, self._source = self._source, delta.source
+        return "\n\n" + delta.text if previous else delta.text
