@@ -5,12 +5,18 @@ nothing else. Dify's parser splits the body on the literal blank line ``\\n\\n``
 that start with ``:``: ``\\r\\n`` separators, a single ``\\n`` between events, ``event:``/``id:``
 lines or multi-line ``data:`` make it drop the answer (tool calls included) without an error.
 The fixed part of every chunk (id, created, model) is rendered once per response, so a delta
-costs one ``json.dumps`` of its text.
+costs one ``json.dumps`` of its text. The shapes are :mod:`duet.api.protocol`'s
+``ChatCompletionChunk``; a unit test holds each method's output equal to that model's JSON.
 """
 
 from __future__ import annotations
 
 import json
+
+from duet.agents.events import ToolCall
+
+from .errors import APIError
+from .protocol import WireFinishReason
 
 DONE = b"data: [DONE]\n\n"
 PING = b": ping\n\n"
@@ -72,3 +78,45 @@ class ChunkEncoder:
     def error(body: dict[str, object]) -> bytes:
         """A mid-stream error: an ``error`` object and no ``choices`` (Dify then shows it)."""
         return b"data: " + _json(body) + b"\n\n"
+
+
+class ChunkWriter:
+    """The streamed Chat Completions response: each part of :class:`duet.api.rendering.Renderer` as
+    chunk bytes, kept until :meth:`take` (once per batch of events, so a batch is one write)."""
+
+    __slots__ = ("encoder", "_include_usage", "_out")
+
+    def __init__(self, encoder: ChunkEncoder, include_usage: bool) -> None:
+        self.encoder = encoder
+        self._include_usage = include_usage
+        self._out: list[bytes] = []
+
+    def take(self) -> bytes:
+        """What was written since the last call."""
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
+
+    def start(self) -> None:
+        self._out.append(self.encoder.role())
+
+    def reasoning(self, text: str) -> None:
+        self._out.append(self.encoder.reasoning(text))
+
+    def content(self, text: str) -> None:
+        self._out.append(self.encoder.content(text))
+
+    def tool_call(self, index: int, call: ToolCall) -> None:
+        self._out += (self.encoder.tool_call_head(index, call.id, call.name), self.encoder.tool_call_arguments(index, call.arguments))
+
+    def function_call(self, call: ToolCall) -> None:
+        self._out += (self.encoder.function_call_head(call.name), self.encoder.function_call_arguments(call.arguments))
+
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
+        self._out.append(self.encoder.finish(reason))
+        if self._include_usage:
+            self._out.append(self.encoder.usage(prompt_tokens, completion_tokens))
+        self._out.append(DONE)
+
+    def error(self, error: APIError) -> None:
+        self._out.append(self.encoder.error(error.body()))

@@ -12,14 +12,16 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from duet.agents import AnswerOptions, Duet, DuetEvent, DuetResult, DuetStream, Failed, ReasoningOutput, conversation_from_openai
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, conversation_from_openai
 from duet.workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
 
-from .chunks import DONE, ChunkEncoder
+from .chunks import ChunkEncoder, ChunkWriter
+from .completion import CompletionFold
 from .errors import APIError, as_api_error
 from .limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
+from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, Model, ModelList, NamedFunction, NamedToolChoice, ResponseFormat
+from .rendering import Renderer
 from .settings import ServiceOptions
-from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice, ResponseFormat
 from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, wait_for_disconnect
 from .validation import LARGE_BODY_BYTES, load_body
 
@@ -110,108 +112,6 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
     return AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=request.legacy_functions)
 
 
-class StreamAdapter:
-    """Turns the duet's events into chunk bytes for one response."""
-
-    __slots__ = (
-        "encoder", "_mode", "_legacy", "_include_usage", "_think_open", "_tool_index", "_reasoning_source",
-        "prompt_tokens", "completion_tokens",
-    )
-
-    def __init__(self, encoder: ChunkEncoder, reasoning_output: ReasoningOutput, legacy: bool, include_usage: bool) -> None:
-        self.encoder = encoder
-        self._mode = reasoning_output
-        self._legacy = legacy
-        self._include_usage = include_usage
-        self._think_open = False
-        self._tool_index = 0
-        self._reasoning_source = ""
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-
-    def _close_think(self) -> bytes:
-        if self._think_open:
-            self._think_open = False
-            return self.encoder.content("\n</think>\n\n")
-        return b""
-
-    def encode(self, event: DuetEvent) -> bytes:
-        kind = event.kind
-        if kind == "content":
-            text = self.encoder.content(event.text)  # type: ignore[union-attr]
-            return self._close_think() + text if self._think_open else text
-        if kind == "reasoning":
-            if self._mode == "hidden":
-                return b""
-            text = event.text  # type: ignore[union-attr]
-            if event.source != self._reasoning_source:  # type: ignore[union-attr]
-                if self._reasoning_source:
-                    text = "\n\n" + text  # the answer model's thinking follows the reasoner's
-                self._reasoning_source = event.source  # type: ignore[union-attr]
-            if self._mode == "reasoning_content":
-                return self.encoder.reasoning(text)
-            if self._think_open:
-                return self.encoder.content(text)
-            self._think_open = True
-            return self.encoder.content("<think>\n" + text)
-        if kind == "usage":
-            self.prompt_tokens += event.prompt_tokens  # type: ignore[union-attr]
-            self.completion_tokens += event.completion_tokens  # type: ignore[union-attr]
-            return b""
-        if kind == "tool_calls":
-            out = [self._close_think()]
-            for call in event.calls:  # type: ignore[union-attr]
-                if self._legacy:
-                    out += [self.encoder.function_call_head(call.name), self.encoder.function_call_arguments(call.arguments)]
-                    break  # legacy clients take one call
-                out += [
-                    self.encoder.tool_call_head(self._tool_index, call.id, call.name),
-                    self.encoder.tool_call_arguments(self._tool_index, call.arguments),
-                ]
-                self._tool_index += 1
-            return b"".join(out)
-        if kind == "done":
-            reason = event.finish_reason  # type: ignore[union-attr]
-            if self._legacy and reason == "tool_calls":
-                reason = "function_call"
-            out = self._close_think() + self.encoder.finish(reason)
-            if self._include_usage:
-                out += self.encoder.usage(self.prompt_tokens, self.completion_tokens)
-            return out + DONE
-        if kind == "error":
-            return self._close_think() + self.encoder.error(as_api_error(event.error).body())  # type: ignore[union-attr]
-        return b""
-
-
-def completion_body(
-    completion_id: str, created: int, model: str, reasoning_output: ReasoningOutput, legacy: bool, events: list[DuetEvent]
-) -> dict[str, Any]:
-    """One ``chat.completion`` from all the events of a run."""
-    result = DuetResult.of(events)
-    content, calls, finish = result.content, result.tool_calls, result.finish_reason
-    if result.reasoning and reasoning_output == "think":
-        content = f"<think>\n{result.reasoning}\n</think>\n\n{content}"
-    message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
-    if result.reasoning and reasoning_output == "reasoning_content":
-        message["reasoning_content"] = result.reasoning
-    if calls and legacy:
-        message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
-        finish = "function_call"  # type: ignore[assignment]
-    elif calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
-        ]
-    prompt, completion = result.prompt_tokens, result.completion_tokens
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-    }
-
-
 class ChatCompletionsService:
     """Serves the pipelines by name. Knows HTTP; knows nothing of model clients."""
 
@@ -223,11 +123,8 @@ class ChatCompletionsService:
         self.created = int(time.time())
         self.in_flight = 0
 
-    def model_list(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": name, "object": "model", "created": self.created, "owned_by": "duet"} for name in self.pipelines],
-        }
+    def model_list(self) -> ModelList:
+        return ModelList(data=[Model(id=name, created=self.created) for name in self.pipelines])
 
     async def create(self, request: Request) -> Response:
         # Refusals that cost nothing come first: full, shutting down, not JSON, too large.
@@ -277,9 +174,9 @@ class ChatCompletionsService:
                 disconnected.cancel()
                 raise
             if chat.stream:
-                adapter = StreamAdapter(ChunkEncoder(completion_id, int(time.time()), chat.model), duet.reasoning_output,
-                                        chat.legacy_functions, chat.include_usage)
-                source = _EventSource(self, run, adapter, first_wait=self.ping_interval)
+                writer = ChunkWriter(ChunkEncoder(completion_id, int(time.time()), chat.model), chat.include_usage)
+                renderer = Renderer(writer, duet.reasoning_output, chat.legacy_functions)
+                source = _EventSource(self, run, renderer, writer, first_wait=self.ping_interval)
                 return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
                                            disconnected=disconnected, stopped=gate.stopped)
             source = _EventSource(self, run)
@@ -311,12 +208,15 @@ class ChatCompletionsService:
                 await source.close()
         if collector.cancelled():
             return Response(status_code=499) if client_left else shutting_down().response(headers={"connection": "close"})
-        collected = collector.result()
-        failure = next((e for e in collected if isinstance(e, Failed)), None)
-        if failure is not None:
-            return as_api_error(failure.error).response()
-        body = completion_body(completion_id, int(time.time()), chat.model, duet.reasoning_output, chat.legacy_functions, collected)
-        return TimedWriteResponse(JSONResponse(body), self.options.write_timeout)
+        fold = CompletionFold(completion_id, int(time.time()), chat.model)
+        renderer = Renderer(fold, duet.reasoning_output, chat.legacy_functions)
+        renderer.start()
+        for event in collector.result():
+            renderer.render(event)
+        result = fold.result()
+        if isinstance(result, APIError):
+            return result.response()
+        return TimedWriteResponse(JSONResponse(result.model_dump(mode="json")), self.options.write_timeout)
 
 
 class _EventSource:
@@ -325,12 +225,18 @@ class _EventSource:
     calls if they still run."""
 
     def __init__(
-        self, service: ChatCompletionsService, run: DuetStream, adapter: StreamAdapter | None = None, first_wait: float = 5.0
+        self,
+        service: ChatCompletionsService,
+        run: DuetStream,
+        renderer: Renderer | None = None,
+        writer: ChunkWriter | None = None,
+        first_wait: float = 5.0,
     ) -> None:
-        """``adapter`` and ``first_wait`` serve a streamed response; a collected one needs neither."""
+        """``renderer`` (writing to ``writer``) and ``first_wait`` serve a streamed response; a collected one needs none."""
         self._service = service
         self._run = run
-        self.adapter = adapter
+        self._renderer = renderer
+        self._writer = writer
         self.first_wait = first_wait
         self._first: list[DuetEvent] = []
         self._closed = False
@@ -349,12 +255,16 @@ class _EventSource:
         return [event async for event in self._run]
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        assert self.adapter is not None
-        encode = self.adapter.encode
-        yield self.adapter.encoder.role() + b"".join(encode(event) for event in self._first)
+        assert self._renderer is not None and self._writer is not None
+        render, take = self._renderer.render, self._writer.take
+        self._renderer.start()
+        for event in self._first:
+            render(event)
+        yield take()
         while not self._run.ended:
-            batch = await self._run.next_batch()
-            yield encode(batch[0]) if len(batch) == 1 else b"".join(encode(event) for event in batch)
+            for event in await self._run.next_batch():
+                render(event)
+            yield take()
 
     async def close(self) -> None:
         if self._closed:

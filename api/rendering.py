@@ -1,0 +1,137 @@
+"""The duet's events as the parts of one response: how reasoning is shown, legacy function calls,
+the break between reasoning sources and the usage sums are decided here, once, for every protocol.
+
+A protocol is a :class:`ResponseWriter`: it writes each part its own way. Chat Completions has two,
+the streamed chunks (:class:`duet.api.chunks.ChunkWriter`) and the collected body
+(:class:`duet.api.completion.CompletionFold`), so what a client assembles from the stream is the
+body a non-streaming client gets. Another output protocol is another writer over the same parts.
+
+The parts of a successful response, in order: ``start``, then any number of ``reasoning`` /
+``content`` texts (never empty) and ``tool_call`` s (or one legacy ``function_call``), then ``finish``
+once. A failed one ends with ``error`` instead of ``finish``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from duet.agents import DuetEvent, ReasoningOutput
+from duet.agents.events import (
+    ContentDelta,
+    Failed,
+    Finished,
+    ReasoningDelta,
+    ReasoningParagraphs,
+    ToolCall,
+    ToolCallsRequested,
+    Usage,
+)
+
+from .errors import APIError, as_api_error
+from .protocol import WireFinishReason
+
+THINK_OPEN = "<think>\n"
+THINK_CLOSE = "\n</think>\n\n"
+
+
+class ResponseWriter(Protocol):
+    """What a protocol writes for each part of a response."""
+
+    def start(self) -> None:
+        """The response begins (before any event)."""
+
+    def reasoning(self, text: str) -> None:
+        """Reasoning shown apart from the answer (``reasoning_output: reasoning_content``)."""
+
+    def content(self, text: str) -> None:
+        """Answer text (with ``reasoning_output: think``, also the reasoning in its ``<think>`` block)."""
+
+    def tool_call(self, index: int, call: ToolCall) -> None:
+        """A call of a client tool; ``index`` counts the calls of the response from 0."""
+
+    def function_call(self, call: ToolCall) -> None:
+        """The one call a legacy ``functions`` client gets."""
+
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
+        """The response is complete; the token counts are the whole run's."""
+
+    def error(self, error: APIError) -> None:
+        """The run failed after the response began."""
+
+
+class Renderer:
+    """Turns one run's events into the parts of its response, in the order they come.
+
+    ``reasoning_output``: ``reasoning_content`` writes reasoning parts; ``think`` writes the reasoning
+    as content inside ``<think>\\n … \\n</think>\\n\\n`` (closed before the answer, a tool call or the
+    end); ``hidden`` drops it. ``legacy``: the client sent ``functions``, so it gets one
+    ``function_call`` and the finish reason ``function_call``.
+    """
+
+    __slots__ = ("_writer", "_mode", "_legacy", "_paragraphs", "_think_open", "_calls", "_prompt_tokens", "_completion_tokens")
+
+    def __init__(self, writer: ResponseWriter, reasoning_output: ReasoningOutput, legacy: bool) -> None:
+        self._writer = writer
+        self._mode = reasoning_output
+        self._legacy = legacy
+        self._paragraphs = ReasoningParagraphs()
+        self._think_open = False
+        self._calls = 0
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+
+    def start(self) -> None:
+        self._writer.start()
+
+    def render(self, event: DuetEvent) -> None:
+        # Deltas first: they are nearly every event.
+        match event:
+            case ContentDelta():
+                if event.text:
+                    if self._think_open:
+                        self._close_think()
+                    self._writer.content(event.text)
+            case ReasoningDelta():
+                if event.text and self._mode != "hidden":
+                    self._reasoning(self._paragraphs.text(event))
+            case Usage():
+                self._prompt_tokens += event.prompt_tokens
+                self._completion_tokens += event.completion_tokens
+            case ToolCallsRequested():
+                if self._think_open:
+                    self._close_think()
+                self._tool_calls(event.calls)
+            case Finished():
+                if self._think_open:
+                    self._close_think()
+                reason: WireFinishReason = event.finish_reason
+                if self._legacy and reason == "tool_calls":
+                    reason = "function_call"
+                self._writer.finish(reason, self._prompt_tokens, self._completion_tokens)
+            case Failed():
+                if self._think_open:
+                    self._close_think()
+                self._writer.error(as_api_error(event.error))
+
+    def _reasoning(self, text: str) -> None:
+        if self._mode == "reasoning_content":
+            self._writer.reasoning(text)
+        elif self._think_open:
+            self._writer.content(text)
+        else:
+            self._think_open = True
+            self._writer.content(THINK_OPEN + text)
+
+    def _close_think(self) -> None:
+        self._think_open = False
+        self._writer.content(THINK_CLOSE)
+
+    def _tool_calls(self, calls: list[ToolCall]) -> None:
+        for call in calls:
+            if self._legacy:
+                if not self._calls:  # legacy clients take one call
+                    self._writer.function_call(call)
+                self._calls = 1
+                return
+            self._writer.tool_call(self._calls, call)
+            self._calls += 1
