@@ -5,11 +5,23 @@ Public API:
 - :func:`create_app` — the FastAPI app (reads ``DUET_*`` settings unless given a :class:`ServiceConfig`);
 - :class:`ServiceConfig` — what to serve: pipelines, API keys, ping interval;
 - :class:`EnvSettings`, :class:`ConfigFile` — the environment variables and the YAML file;
-- :func:`main` — the ``duet`` command line.
+- :func:`main` — the ``duet`` command line;
+- :func:`configure_process`, :func:`freeze_startup_objects` — the process settings ``duet serve``
+  makes (for a program that serves :func:`create_app` itself).
 """
 
 from .app import ServiceConfig, create_app
 from .cli import main
+from .process import configure_process, freeze_startup_objects
 from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
 
-__all__ = ["ConfigFile", "EnvSettings", "ServiceConfig", "TeamPipelineSettings", "create_app", "main"]
+__all__ = [
+    "ConfigFile",
+    "EnvSettings",
+    "ServiceConfig",
+    "TeamPipelineSettings",
+    "configure_process",
+    "create_app",
+    "freeze_startup_objects",
+    "main",
+]

@@ -1,17 +1,18 @@
-"""The FastAPI application: an app factory with a lifespan that owns the pipelines."""
+"""The FastAPI application: an app factory with a lifespan that owns the pipelines.
+
+The app changes nothing outside itself: process-wide settings (garbage collector, AutoGen's
+tracing, log filters) are :mod:`duet.api.process`'s, made by ``duet serve``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -20,21 +21,14 @@ from duet.agents.continuations import ContinuationStore, open_store
 from duet.workbenches import stop_shared_servers
 
 from .auth import BearerAuth
-from .errors import as_api_error, install_error_handlers, install_secret_masking
+from .errors import install_error_handlers, install_secret_masking
 from .health import Readiness
 from .limits import RequestGate
+from .routes import add_routes
 from .serving import ChatCompletionsService
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings, merged_options
 
 logger = logging.getLogger("duet")
-
-
-class _DropCancellations(logging.Filter):
-    """A client that hangs up cancels its run; AutoGen's runtime logs each cancelled handler as an
-    error with a traceback. That is the service working as intended, not something to page about."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
 class _WithoutTrailingSlash:
@@ -100,9 +94,6 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     lifespan closes them.
     """
     config = config or ServiceConfig.from_env()
-    # The runtime's OpenTelemetry spans cost ~0.2 ms per request; opt back in by setting it to "false".
-    os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
-    logging.getLogger("autogen_core").addFilter(_DropCancellations())
     install_secret_masking(config.api_keys)  # and the upstream keys and header values the model clients register
     auth = BearerAuth(config.api_keys)
     options = config.options
@@ -117,12 +108,6 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             for duet in pipelines.values():
                 await duet.open()  # MCP servers start here; one that cannot start stops the service
             app.state.service = ChatCompletionsService(pipelines, options, gate)
-            # Everything built so far lives as long as the service: keep the cyclic GC from walking
-            # it again on every collection, and collect less often (a request allocates thousands of
-            # short-lived objects; bench/: ~0.4 ms less CPU per request, same memory).
-            gc.collect()
-            gc.freeze()
-            gc.set_threshold(20_000, 20, 20)
             if not auth.enabled:
                 logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
             logger.info("serving %s", ", ".join(pipelines))
@@ -142,43 +127,6 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=options.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type"], max_age=600)
 
-    async def service(request: Request) -> ChatCompletionsService:
-        return request.app.state.service  # type: ignore[no-any-return]
-
-    async def chat_completions(request: Request) -> Response:
-        # A plain Starlette endpoint: the hottest route skips FastAPI's dependency resolution.
-        try:
-            await auth(request)
-            return await request.app.state.service.create(request)  # type: ignore[no-any-return]
-        except Exception as exc:  # every failure is an OpenAI error body (Starlette would log a traceback)
-            return as_api_error(exc).response()
-
-    async def models(svc: ChatCompletionsService = Depends(service)) -> dict[str, Any]:
-        return svc.model_list()
-
-    async def health() -> dict[str, Any]:
-        """Liveness: the process answers. Nothing about its insides (it needs no key)."""
-        return {"status": "ok"}
-
-    async def ready(request: Request) -> JSONResponse:
-        """Readiness: 503 while this replica should get no traffic. Which check failed, and the
-        service's counters, only for a valid key (an open endpoint: only for clients on this machine)."""
-        svc: ChatCompletionsService | None = getattr(request.app.state, "service", None)
-        is_ready, checks = await readiness.check("shutting down" if gate.draining else "ok" if svc is not None else "starting")
-        body: dict[str, Any] = {"status": "ready" if is_ready else "not_ready"}
-        if auth.may_see_details(request):
-            body["checks"] = checks
-            body["pipelines"] = list(pipelines)
-            body["in_flight"] = svc.in_flight if svc is not None else 0
-            body["tasks"] = len(asyncio.all_tasks())
-            body["mcp_servers"] = {name: status for name, duet in pipelines.items() if (status := duet.services.status())}
-        return JSONResponse(body, status_code=200 if is_ready else 503)
-
-    # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
-    for prefix in ("/v1", ""):
-        app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
-        app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
-    app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)
+    add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines)
     app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing
     return app

@@ -28,6 +28,7 @@ def _serve(args: argparse.Namespace) -> None:
         if value is not None:
             os.environ[variable] = str(value)
     from .app import ServiceConfig, create_app
+    from .process import configure_process, freeze_startup_objects
     from .server import serve
     from .settings import EnvSettings
 
@@ -35,12 +36,14 @@ def _serve(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("duet", "agents", "api", "workbenches"):  # AutoGen's own INFO logs describe every runtime message
         logging.getLogger(name).setLevel(env.log_level.upper())
+    configure_process()
     try:
         config = ServiceConfig.from_env(env)
         app = create_app(config)  # builds every pipeline: fails before binding the port
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
         print(f"duet: cannot start: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    freeze_startup_objects()
     serve(app, config.options, app.state.gate, host=env.host, port=env.port, log_level=env.log_level.lower())
 
 

@@ -56,16 +56,14 @@ ABORT_CONNECTION = "duet.abort_connection"
 the edge server, :mod:`duet.api.server`): closing it would wait for a client that reads nothing."""
 
 
-class _QuietAbandonedResponses(logging.Filter):
-    """A response given up after ``write_timeout`` ends without completing (the client reads
-    nothing, so no end can be written), which uvicorn reports at ERROR. Duet has already logged a
-    warning for it; the filter runs in the request's own task, where ``_abandoned`` is set."""
+class QuietAbandonedResponses(logging.Filter):
+    """For ``uvicorn.error`` (installed by :func:`duet.api.process.configure_process`): a response
+    given up after ``write_timeout`` ends without completing (the client reads nothing, so no end
+    can be written), which uvicorn reports at ERROR. Duet has already logged a warning for it; the
+    filter runs in the request's own task, where ``_abandoned`` is set."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (_abandoned.get() and record.msg == "ASGI callable returned without completing response.")
-
-
-logging.getLogger("uvicorn.error").addFilter(_QuietAbandonedResponses())
 
 
 def abandon_response(scope: Scope) -> None:

@@ -20,6 +20,7 @@ import uvicorn
 
 from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings
 from duet.api.app import ServiceConfig, create_app
+from duet.api.process import configure_process, freeze_startup_objects
 from duet.api.settings import ServiceOptions
 from tests.aborts import ABORT_POINTS, abort_many, abort_responder
 from tests.conftest import free_port, wait_for_port
@@ -37,13 +38,16 @@ REQUEST_TYPES = (
 
 
 class InProcessDuet:
-    """``create_app`` served by uvicorn on a background thread of this process."""
+    """``create_app`` served by uvicorn on a background thread of this process, set up as ``duet
+    serve`` sets up its own process (:meth:`stop` puts the garbage collector back)."""
 
     def __init__(self, config: ServiceConfig) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._gc_threshold = gc.get_threshold()
+        configure_process()
         app = create_app(config)
+        freeze_startup_objects()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, name="duet-in-process", daemon=True)
         self.thread.start()
@@ -65,7 +69,7 @@ class InProcessDuet:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
-        gc.unfreeze()  # the app's lifespan froze this whole process's objects
+        gc.unfreeze()  # freeze_startup_objects froze this whole process's objects
         gc.set_threshold(*self._gc_threshold)
 
 

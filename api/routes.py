@@ -1,0 +1,62 @@
+"""The HTTP surface: which path answers what. Routing only; the work is in :mod:`duet.api.serving`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Mapping
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from duet.agents import Duet
+
+from .auth import BearerAuth
+from .errors import as_api_error
+from .health import Readiness
+from .limits import RequestGate
+from .protocol import ModelList
+from .serving import ChatCompletionsService
+
+
+def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: RequestGate, pipelines: Mapping[str, Duet]) -> None:
+    """Chat completions and the model list (under ``/v1`` and without it), ``/health`` and
+    ``/health/ready``. The service itself is ``app.state.service``, set by the app's lifespan."""
+
+    async def chat_completions(request: Request) -> Response:
+        # A plain Starlette endpoint: the hottest route skips FastAPI's dependency resolution.
+        try:
+            await auth(request)
+            return await request.app.state.service.create(request)  # type: ignore[no-any-return]
+        except Exception as exc:  # every failure is an OpenAI error body (Starlette would log a traceback)
+            return as_api_error(exc).response()
+
+    async def service(request: Request) -> ChatCompletionsService:
+        return request.app.state.service  # type: ignore[no-any-return]
+
+    async def models(svc: ChatCompletionsService = Depends(service)) -> ModelList:
+        return svc.model_list()
+
+    async def health() -> dict[str, Any]:
+        """Liveness: the process answers. Nothing about its insides (it needs no key)."""
+        return {"status": "ok"}
+
+    async def ready(request: Request) -> JSONResponse:
+        """Readiness: 503 while this replica should get no traffic. Which check failed, and the
+        service's counters, only for a valid key (an open endpoint: only for clients on this machine)."""
+        svc: ChatCompletionsService | None = getattr(request.app.state, "service", None)
+        is_ready, checks = await readiness.check("shutting down" if gate.draining else "ok" if svc is not None else "starting")
+        body: dict[str, Any] = {"status": "ready" if is_ready else "not_ready"}
+        if auth.may_see_details(request):
+            body["checks"] = checks
+            body["pipelines"] = list(pipelines)
+            body["in_flight"] = svc.in_flight if svc is not None else 0
+            body["tasks"] = len(asyncio.all_tasks())
+            body["mcp_servers"] = {name: status for name, duet in pipelines.items() if (status := duet.services.status())}
+        return JSONResponse(body, status_code=200 if is_ready else 503)
+
+    # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
+    for prefix in ("/v1", ""):
+        app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
+        app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)
