@@ -80,8 +80,8 @@ DuetEvent = Annotated[
 
 class ReasoningParagraphs:
     """Joins reasoning from several sources: where one source's thinking follows another's (the
-    answer model's own after the reasoner's), it starts a new paragraph. The one home of that rule,
-    for the HTTP responses and :class:`duet.agents.DuetResult` alike.
+    answer model's own after the reasoner's), it starts a new paragraph (an empty delta starts
+    nothing). The one home of that rule, for the HTTP responses and :class:`duet.agents.DuetResult` alike.
 
     >>> paragraphs = ReasoningParagraphs()
     >>> [paragraphs.text(ReasoningDelta(text=t, source=s)) for t, s in [("a", "reasoner"), ("b", "reasoner"), ("c", "answerer")]]
@@ -95,7 +95,7 @@ class ReasoningParagraphs:
 
     def text(self, delta: ReasoningDelta) -> str:
         """``delta``'s text, after a paragraph break if it comes from another source than the last one."""
-        if delta.source == self._source:
+        if delta.source == self._source or not delta.text:
             return delta.text
         previous, self._source = self._source, delta.source
         return "\n\n" + delta.text if previous else delta.text
