@@ -127,11 +127,10 @@ class Renderer:
         self._writer.content(THINK_CLOSE)
 
     def _tool_calls(self, calls: list[ToolCall]) -> None:
+        if self._legacy:
+            for call in calls[:1]:  # legacy clients take one call (the answer agent asked its model for one)
+                self._writer.function_call(call)
+            return
         for call in calls:
-            if self._legacy:
-                if not self._calls:  # legacy clients take one call
-                    self._writer.function_call(call)
-                self._calls = 1
-                return
             self._writer.tool_call(self._calls, call)
             self._calls += 1
