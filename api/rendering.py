@@ -68,11 +68,15 @@ class Renderer:
     ``function_call`` and the finish reason ``function_call``.
     """
 
-    __slots__ = ("_writer", "_mode", "_legacy", "_paragraphs", "_think_open", "_calls", "_prompt_tokens", "_completion_tokens")
+    __slots__ = (
+        "_writer", "_content", "_reasoning", "_legacy", "_paragraphs", "_think_open", "_calls", "_prompt_tokens", "_completion_tokens",
+    )
 
     def __init__(self, writer: ResponseWriter, reasoning_output: ReasoningOutput, legacy: bool) -> None:
         self._writer = writer
-        self._mode = reasoning_output
+        self._content = writer.content  # bound once: the hottest calls
+        # What a reasoning text becomes, chosen once: a reasoning part, think-block content, or nothing.
+        self._reasoning = {"reasoning_content": writer.reasoning, "think": self._think, "hidden": None}[reasoning_output]
         self._legacy = legacy
         self._paragraphs = ReasoningParagraphs()
         self._think_open = False
@@ -90,9 +94,9 @@ class Renderer:
                 if event.text:
                     if self._think_open:
                         self._close_think()
-                    self._writer.content(event.text)
+                    self._content(event.text)
             case ReasoningDelta():
-                if event.text and self._mode != "hidden":
+                if event.text and self._reasoning is not None:
                     self._reasoning(self._paragraphs.text(event))
             case Usage():
                 self._prompt_tokens += event.prompt_tokens
@@ -113,18 +117,16 @@ class Renderer:
                     self._close_think()
                 self._writer.error(as_api_error(event.error))
 
-    def _reasoning(self, text: str) -> None:
-        if self._mode == "reasoning_content":
-            self._writer.reasoning(text)
-        elif self._think_open:
-            self._writer.content(text)
+    def _think(self, text: str) -> None:
+        if self._think_open:
+            self._content(text)
         else:
             self._think_open = True
-            self._writer.content(THINK_OPEN + text)
+            self._content(THINK_OPEN + text)
 
     def _close_think(self) -> None:
         self._think_open = False
-        self._writer.content(THINK_CLOSE)
+        self._content(THINK_CLOSE)
 
     def _tool_calls(self, calls: list[ToolCall]) -> None:
         if self._legacy:
