@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .protocol import ErrorBody, ErrorDetail
 from .settings import ServiceOptions
 from .sse import ABORT_CONNECTION
 
@@ -32,8 +33,9 @@ LIFESPAN_SHUTDOWN_SECONDS = 10.0  # closing model clients, MCP servers and the s
 
 
 def _head_too_large(max_bytes: int) -> bytes:
-    body = json.dumps({"error": {"message": f"the request head (request line and headers) is larger than {max_bytes} bytes",
-                                 "type": "invalid_request_error", "param": None, "code": "request_header_too_large"}}).encode()
+    detail = ErrorDetail(message=f"the request head (request line and headers) is larger than {max_bytes} bytes",
+                         type="invalid_request_error", code="request_header_too_large")
+    body = json.dumps(ErrorBody(error=detail).model_dump()).encode()
     return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
 
