@@ -31,7 +31,7 @@ from .conversation import new_call_id, without_images
 from .model_client import add_usage
 from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .run_context import AnswerOptions, DuetRun
-from .thinking import ThinkTagSplitter
+from .thinking import ReasoningSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 round_tools = [t for t in tools if self._client_tool(workbench, t["name"]) is not None]
                 if not isinstance(round_choice, str) and self._client_tool(workbench, round_choice.name) is None:
                     round_choice = "auto"
-            splitter = ThinkTagSplitter()
+            splitter = ReasoningSplitter()
             text_parts: list[str] = []
             result: CreateResult | None = None
             async for piece in self._model_client.create_stream(

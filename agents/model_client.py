@@ -3,12 +3,11 @@
 Why not ``OpenAIChatCompletionClient`` on the hot path: the openai SDK builds a pydantic object
 per streamed chunk, which costs ~6.4 ms of CPU for a 40-chunk stream on this project's reference
 machine; parsing the same stream as JSON lines over aiohttp costs ~0.5 ms (``bench/``). This
-client keeps the stock client's streaming contract exactly — text pieces, reasoning pieces
-wrapped in ``<think>``/``</think>``, then one ``CreateResult`` — so agents work with either, and a
-team file may name either one. It also fixes two stock bugs the duet would trip over
-(``thought`` stripped by characters; reasoning dropped when the model also calls tools).
+client keeps AutoGen's streaming contract — ``str`` pieces, then one ``CreateResult`` — so a team
+file may name either client, and fixes two stock bugs the duet would trip over (``thought``
+stripped by characters; reasoning dropped when the model also calls tools).
 
-Example::
+Example (the pieces of a stream; :class:`~duet.agents.ReasoningText` pieces are the reasoning)::
 
     client = OpenAICompatibleClient(model="qwen2.5", base_url="http://localhost:11434/v1")
     async for piece in client.create_stream([UserMessage(content="Hi", source="user")]):
@@ -58,6 +57,7 @@ from .errors import (
     register_secrets,
     upstream_error_text,
 )
+from .thinking import ReasoningText
 
 ANSWER_MODEL_INFO: ModelInfo = {
     "vision": False,
@@ -305,6 +305,15 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         create_args: request fields sent with every call (``temperature``, ``extra_body``, ...).
         max_retries, retry_backoff, max_retry_wait: the retry policy for calls that failed before
             the upstream sent any answer (see :class:`OpenAICompatibleClientConfig`).
+
+    ``create_stream`` yields the upstream's reasoning deltas (``reasoning_content`` or ``reasoning``)
+    as :class:`~duet.agents.ReasoningText` pieces and its answer deltas as plain ``str`` pieces, then
+    one ``CreateResult`` whose ``thought`` is the whole reasoning (or, with tool calls, the text
+    said beside them). Unlike AutoGen's ``OpenAIChatCompletionClient``, the reasoning is not wrapped
+    in ``<think>``/``</think>`` pieces: a consumer that only knows ``str`` (an ``AssistantAgent``
+    streaming chunks) gets the reasoning and then the answer as text, with no tags between them;
+    ``isinstance(piece, ReasoningText)`` tells them apart. Text an upstream writes inline
+    (``<think>`` in its content) stays in the plain pieces, as it came.
 
     Errors are :class:`~duet.agents.errors.UpstreamError` subclasses that name the model (never the
     URL) and keep the upstream's status, ``code``, ``type``, ``param`` and ``Retry-After``.
@@ -589,7 +598,6 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         calls: dict[int, _ToolCallBuilder] = {}
         finish_reason: str | None = None
         usage: Mapping[str, Any] | None = None
-        in_reasoning = False
         answered = False  # a chunk with a choice arrived
         done = False
         failure: UpstreamError | None = None
@@ -621,18 +629,12 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 if reasoning:
                     thought.append(reasoning)
-                    if not in_reasoning:
-                        in_reasoning = True
-                        reasoning = "<think>" + reasoning
-                    yield reasoning
+                    yield ReasoningText(reasoning)
                 text = delta.get("content")
-                tool_deltas = delta.get("tool_calls")
-                if in_reasoning and (text or tool_deltas):
-                    in_reasoning = False
-                    yield "</think>"
                 if text:
                     content.append(text)
                     yield text
+                tool_deltas = delta.get("tool_calls")
                 if tool_deltas:
                     for tool_delta in tool_deltas:
                         index = tool_delta.get("index")
@@ -666,8 +668,6 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise UpstreamProtocolError("ended the stream without an answer (no choices)", model=model)
         if not done and finish_reason is None:
             raise UpstreamConnectionError("ended the stream before the model finished", model=model)
-        if in_reasoning:
-            yield "</think>"
         yield self._result("".join(content), "".join(thought) or None, calls, finish_reason, usage)
 
     async def _unexpected_body(self, response: aiohttp.ClientResponse, what: str) -> UpstreamError:
@@ -726,8 +726,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             calls[index] = _ToolCallBuilder()
             calls[index].add(call)
         if reasoning:
-            yield "<think>" + reasoning
-            yield "</think>"
+            yield ReasoningText(reasoning)
         if text:
             yield text
         assert isinstance(completion, dict)

@@ -18,7 +18,7 @@ from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_token
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
 from .run_context import DuetRun
-from .thinking import ThinkTagSplitter
+from .thinking import ReasoningSplitter
 
 DEFAULT_REASONING_PROMPT = (
     "You are the reasoning half of a two-model assistant. Think the conversation through: what the "
@@ -140,7 +140,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             call_token = CancellationToken()
             cancellation_token.add_callback(call_token.cancel)
             timer = asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
-        splitter = ThinkTagSplitter()
+        splitter = ReasoningSplitter()
         parts: list[str] = []
         size = 0
         result: CreateResult | None = None
