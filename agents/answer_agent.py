@@ -28,7 +28,7 @@ from duet.workbenches import DuetWorkbench
 
 from .base import CLIENT, DuetAgent, DuetAgentConfig, read_messages, agent_arguments
 from .conversation import new_call_id, without_images
-from .model_client import add_usage
+from .model_client import add_usage, streaming_create_args
 from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .run_context import AnswerOptions, DuetRun
 from .thinking import ReasoningSplitter
@@ -111,6 +111,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             if chosen is None:
                 raise ValueError(f"tool_choice names {tool_choice!r}, which is not among the tools")
             tool_choice = chosen
+        create_args = streaming_create_args(self._model_client, options.create_args)
         total = RequestUsage(prompt_tokens=0, completion_tokens=0)
         turn: list[LLMMessage] = []  # what this turn adds to the conversation
         spoke = False  # text from an earlier round was already streamed
@@ -131,7 +132,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 history,
                 tools=round_tools,
                 tool_choice=round_choice,
-                extra_create_args=options.create_args,
+                extra_create_args=create_args,
                 cancellation_token=cancellation_token,
             ):
                 if isinstance(piece, CreateResult):

@@ -824,6 +824,19 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         return cls(**config.model_dump())
 
 
+def streaming_create_args(client: ChatCompletionClient, create_args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``extra_create_args`` of a streamed call to ``client``: ``create_args``, plus the request
+    for the usage chunk (``stream_options.include_usage``) that AutoGen's OpenAI clients do not send
+    by themselves. Duet's own client always sends it; other clients may reject OpenAI's field."""
+    if isinstance(client, OpenAICompatibleClient):
+        return create_args
+    from autogen_ext.models.openai import BaseOpenAIChatCompletionClient  # imported once a client needs it
+
+    if isinstance(client, BaseOpenAIChatCompletionClient):
+        return {**create_args, "stream_options": {"include_usage": True}}
+    return create_args
+
+
 def add_usage(a: RequestUsage, b: RequestUsage) -> RequestUsage:
     return RequestUsage(
         prompt_tokens=a.prompt_tokens + b.prompt_tokens, completion_tokens=a.completion_tokens + b.completion_tokens

@@ -17,6 +17,7 @@ from typing_extensions import Self
 from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_tokens, read_messages, agent_arguments
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
+from .model_client import streaming_create_args
 from .run_context import DuetRun
 from .thinking import ReasoningSplitter
 
@@ -146,7 +147,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
-        stream = self._model_client.create_stream(prompt, cancellation_token=call_token)
+        stream = self._model_client.create_stream(
+            prompt, extra_create_args=streaming_create_args(self._model_client, {}), cancellation_token=call_token
+        )
         try:
             async for piece in stream:
                 if isinstance(piece, CreateResult):
