@@ -57,9 +57,12 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
     hands off to ``client`` (a ``HandoffMessage`` whose context holds the calls), the team stops,
     and Duet returns the calls to the client, which sends the results in its next request.
 
-    Example::
+    Example (no model is called before the agent's first turn):
 
-        answerer = AnswerAgent("answerer", OpenAICompatibleClient("qwen2.5", "http://localhost:11434/v1"))
+    >>> from duet.agents import OpenAICompatibleClient
+    >>> answerer = AnswerAgent("answerer", OpenAICompatibleClient("qwen2.5", "http://localhost:11434/v1"))
+    >>> answerer.dump_component().config["max_tool_rounds"]
+    8
     """
 
     component_config_schema = AnswerAgentConfig

@@ -110,7 +110,16 @@ class OpenAICompatibleClientConfig(BaseModel):
 
 
 def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
-    """One AutoGen ``LLMMessage`` as OpenAI chat messages (a tool-result message becomes one per call)."""
+    """One AutoGen ``LLMMessage`` as OpenAI chat messages (a tool-result message becomes one per call).
+
+    >>> from autogen_core.models import FunctionExecutionResult
+    >>> message_to_openai(UserMessage(content="Hi", source="user"))
+    [{'role': 'user', 'content': 'Hi'}]
+    >>> message_to_openai(FunctionExecutionResultMessage(content=[
+    ...     FunctionExecutionResult(content="18°C", call_id="call_1", name="weather"),
+    ...     FunctionExecutionResult(content="21°C", call_id="call_2", name="weather")]))
+    [{'role': 'tool', 'tool_call_id': 'call_1', 'content': '18°C'}, {'role': 'tool', 'tool_call_id': 'call_2', 'content': '21°C'}]
+    """
     if isinstance(message, SystemMessage):
         return [{"role": "system", "content": message.content}]
     if isinstance(message, UserMessage):
@@ -135,7 +144,11 @@ def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
 
 
 def tool_to_openai(tool: Tool | ToolSchema) -> dict[str, Any]:
-    """An AutoGen tool as an OpenAI ``tools`` entry; ``parameters`` is passed through untouched."""
+    """An AutoGen tool as an OpenAI ``tools`` entry; ``parameters`` is passed through untouched.
+
+    >>> tool_to_openai({"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}})
+    {'type': 'function', 'function': {'name': 'weather', 'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}}}}
+    """
     schema = tool.schema if isinstance(tool, Tool) else tool
     function: dict[str, Any] = {"name": schema["name"]}
     if "description" in schema:

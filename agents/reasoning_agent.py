@@ -81,9 +81,12 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             call has run this long, the call is closed, a short note ends the reasoning stream, and
             the answer agent goes on with the reasoning so far (0: no limit).
 
-    Example::
+    Example (no model is called before the agent's first turn):
 
-        reasoner = ReasoningAgent("reasoner", OpenAICompatibleClient("deepseek-r1", "http://localhost:11434/v1"))
+    >>> from duet.agents import OpenAICompatibleClient
+    >>> reasoner = ReasoningAgent("reasoner", OpenAICompatibleClient("deepseek-r1", "http://localhost:11434/v1"))
+    >>> reasoner.dump_component().config["max_reasoning_chars"]
+    40000
     """
 
     component_config_schema = ReasoningAgentConfig

@@ -39,7 +39,11 @@ class ReasoningText(str):
 
 
 def strip_think_blocks(text: str) -> str:
-    """Remove ``<think>…</think>`` blocks (Dify sends them back inside assistant content)."""
+    """Remove ``<think>…</think>`` blocks (Dify sends them back inside assistant content).
+
+    >>> strip_think_blocks("<think>\\nplan\\n</think>\\n\\nAnswer")
+    'Answer'
+    """
     if OPEN_TAG not in text:
         return text
     return _THINK_BLOCK.sub("", text).strip()
