@@ -91,7 +91,7 @@ class ReasoningSplitter:
 
     def feed(self, piece: str) -> tuple[str, str]:
         """Returns the reasoning and the content in ``piece`` (reasoning always comes first)."""
-        if isinstance(piece, ReasoningText):
+        if piece.__class__ is ReasoningText:  # not isinstance: a third of the cost, on every piece
             if self._state == self._START:
                 self._state = self._TYPED_REASONING
                 self._had_reasoning = True
