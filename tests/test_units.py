@@ -148,6 +148,21 @@ def test_model_client_reassembles_what_servers_send() -> None:
         asyncio.run(main(upstream))
 
 
+def test_model_client_types_reasoning_in_a_plain_json_completion() -> None:
+    """An upstream that ignores ``stream: true`` answers with one JSON body: the same typed pieces."""
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        upstream.script("m", Reply(reasoning=["r1 ", "r2"], content=["c"], body="completion"))
+        items = [item async for item in client.create_stream([UserMessage(content="x", source="user")])]
+        assert items[:-1] == ["r1 r2", "c"] and [type(item) for item in items[:-1]] == [ReasoningText, str]
+        assert items[-1].thought == "r1 r2" and items[-1].content == "c"
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        asyncio.run(main(upstream))
+
+
 def test_model_client_component_round_trip() -> None:
     from autogen_core.models import ChatCompletionClient
 
