@@ -28,7 +28,8 @@ class ReasoningText(str):
 
     A ``str``, so a client that yields it is still a valid AutoGen ``ChatCompletionClient``
     (whose ``create_stream`` yields ``str | CreateResult``) and a consumer that knows nothing of it
-    sees the reasoning as text; Duet's agents tell it apart by its type.
+    sees the reasoning as text; Duet's agents tell it apart by its class (this one exactly: a
+    subclass of it reads as plain text).
 
     >>> piece = ReasoningText("Check the units first.")
     >>> isinstance(piece, str), isinstance("The answer.", ReasoningText)
