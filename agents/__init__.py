@@ -6,7 +6,8 @@ Public API:
 - :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components);
 - :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
 - :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
-- :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``);
+- :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``),
+  whose stream yields reasoning as :class:`ReasoningText` pieces and the answer as plain ``str``;
 - settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`;
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
   :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union);
@@ -54,6 +55,7 @@ from .settings import (
     ReasoningOutput,
 )
 from .team import ANSWERER_NAME, REASONER_NAME, build_team, export_team
+from .thinking import ReasoningText
 
 __all__ = [
     "ANSWERER_NAME",
@@ -86,6 +88,7 @@ __all__ = [
     "ReasoningAgentConfig",
     "ReasoningDelta",
     "ReasoningOutput",
+    "ReasoningText",
     "TeamLoadError",
     "ToolCall",
     "ToolCallsRequested",

@@ -28,10 +28,10 @@ from duet.workbenches import DuetWorkbench
 
 from .base import CLIENT, DuetAgent, DuetAgentConfig, read_messages, agent_arguments
 from .conversation import new_call_id, without_images
-from .model_client import add_usage
+from .model_client import add_usage, streaming_create_args
 from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .run_context import AnswerOptions, DuetRun
-from .thinking import ThinkTagSplitter
+from .thinking import ReasoningSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +57,12 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
     hands off to ``client`` (a ``HandoffMessage`` whose context holds the calls), the team stops,
     and Duet returns the calls to the client, which sends the results in its next request.
 
-    Example::
+    Example (no model is called before the agent's first turn):
 
-        answerer = AnswerAgent("answerer", OpenAICompatibleClient("qwen2.5", "http://localhost:11434/v1"))
+    >>> from duet.agents import OpenAICompatibleClient
+    >>> answerer = AnswerAgent("answerer", OpenAICompatibleClient("qwen2.5", "http://localhost:11434/v1"))
+    >>> answerer.dump_component().config["max_tool_rounds"]
+    8
     """
 
     component_config_schema = AnswerAgentConfig
@@ -111,6 +114,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             if chosen is None:
                 raise ValueError(f"tool_choice names {tool_choice!r}, which is not among the tools")
             tool_choice = chosen
+        create_args = streaming_create_args(self._model_client, options.create_args)
         total = RequestUsage(prompt_tokens=0, completion_tokens=0)
         turn: list[LLMMessage] = []  # what this turn adds to the conversation
         spoke = False  # text from an earlier round was already streamed
@@ -124,14 +128,14 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 round_tools = [t for t in tools if self._client_tool(workbench, t["name"]) is not None]
                 if not isinstance(round_choice, str) and self._client_tool(workbench, round_choice.name) is None:
                     round_choice = "auto"
-            splitter = ThinkTagSplitter()
+            splitter = ReasoningSplitter()
             text_parts: list[str] = []
             result: CreateResult | None = None
             async for piece in self._model_client.create_stream(
                 history,
                 tools=round_tools,
                 tool_choice=round_choice,
-                extra_create_args=options.create_args,
+                extra_create_args=create_args,
                 cancellation_token=cancellation_token,
             ):
                 if isinstance(piece, CreateResult):

@@ -165,7 +165,16 @@ def _calls(message: Mapping[str, Any], param: str) -> list[FunctionCall]:
 
 
 def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMMessage]:
-    """Converts an OpenAI ``messages`` list. Raises :class:`ConversationError` for unusable input."""
+    """Converts an OpenAI ``messages`` list. Raises :class:`ConversationError` for unusable input.
+
+    >>> [type(m).__name__ for m in conversation_from_openai([
+    ...     {"role": "system", "content": "Be brief."},
+    ...     {"role": "user", "content": "Hi"},
+    ...     {"role": "assistant", "content": "<think>greet</think>Hello!"}])]
+    ['SystemMessage', 'UserMessage', 'AssistantMessage']
+    >>> conversation_from_openai([{"role": "assistant", "content": "<think>greet</think>Hello!"}])[0].content
+    'Hello!'
+    """
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
         raise ConversationError("messages must be a non-empty list", "messages")
     result: list[LLMMessage] = []

@@ -3,12 +3,11 @@
 Why not ``OpenAIChatCompletionClient`` on the hot path: the openai SDK builds a pydantic object
 per streamed chunk, which costs ~6.4 ms of CPU for a 40-chunk stream on this project's reference
 machine; parsing the same stream as JSON lines over aiohttp costs ~0.5 ms (``bench/``). This
-client keeps the stock client's streaming contract exactly — text pieces, reasoning pieces
-wrapped in ``<think>``/``</think>``, then one ``CreateResult`` — so agents work with either, and a
-team file may name either one. It also fixes two stock bugs the duet would trip over
-(``thought`` stripped by characters; reasoning dropped when the model also calls tools).
+client keeps AutoGen's streaming contract — ``str`` pieces, then one ``CreateResult`` — so a team
+file may name either client, and fixes two stock bugs the duet would trip over (``thought``
+stripped by characters; reasoning dropped when the model also calls tools).
 
-Example::
+Example (the pieces of a stream; :class:`~duet.agents.ReasoningText` pieces are the reasoning)::
 
     client = OpenAICompatibleClient(model="qwen2.5", base_url="http://localhost:11434/v1")
     async for piece in client.create_stream([UserMessage(content="Hi", source="user")]):
@@ -58,6 +57,7 @@ from .errors import (
     register_secrets,
     upstream_error_text,
 )
+from .thinking import ReasoningText
 
 ANSWER_MODEL_INFO: ModelInfo = {
     "vision": False,
@@ -110,7 +110,16 @@ class OpenAICompatibleClientConfig(BaseModel):
 
 
 def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
-    """One AutoGen ``LLMMessage`` as OpenAI chat messages (a tool-result message becomes one per call)."""
+    """One AutoGen ``LLMMessage`` as OpenAI chat messages (a tool-result message becomes one per call).
+
+    >>> from autogen_core.models import FunctionExecutionResult
+    >>> message_to_openai(UserMessage(content="Hi", source="user"))
+    [{'role': 'user', 'content': 'Hi'}]
+    >>> message_to_openai(FunctionExecutionResultMessage(content=[
+    ...     FunctionExecutionResult(content="18°C", call_id="call_1", name="weather"),
+    ...     FunctionExecutionResult(content="21°C", call_id="call_2", name="weather")]))
+    [{'role': 'tool', 'tool_call_id': 'call_1', 'content': '18°C'}, {'role': 'tool', 'tool_call_id': 'call_2', 'content': '21°C'}]
+    """
     if isinstance(message, SystemMessage):
         return [{"role": "system", "content": message.content}]
     if isinstance(message, UserMessage):
@@ -135,7 +144,11 @@ def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
 
 
 def tool_to_openai(tool: Tool | ToolSchema) -> dict[str, Any]:
-    """An AutoGen tool as an OpenAI ``tools`` entry; ``parameters`` is passed through untouched."""
+    """An AutoGen tool as an OpenAI ``tools`` entry; ``parameters`` is passed through untouched.
+
+    >>> tool_to_openai({"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}})
+    {'type': 'function', 'function': {'name': 'weather', 'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}}}}
+    """
     schema = tool.schema if isinstance(tool, Tool) else tool
     function: dict[str, Any] = {"name": schema["name"]}
     if "description" in schema:
@@ -305,6 +318,15 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         create_args: request fields sent with every call (``temperature``, ``extra_body``, ...).
         max_retries, retry_backoff, max_retry_wait: the retry policy for calls that failed before
             the upstream sent any answer (see :class:`OpenAICompatibleClientConfig`).
+
+    ``create_stream`` yields the upstream's reasoning deltas (``reasoning_content`` or ``reasoning``)
+    as :class:`~duet.agents.ReasoningText` pieces and its answer deltas as plain ``str`` pieces, then
+    one ``CreateResult`` whose ``thought`` is the whole reasoning (or, with tool calls, the text
+    said beside them). Unlike AutoGen's ``OpenAIChatCompletionClient``, the reasoning is not wrapped
+    in ``<think>``/``</think>`` pieces: a consumer that only knows ``str`` (an ``AssistantAgent``
+    streaming chunks) gets the reasoning and then the answer as text, with no tags between them;
+    ``isinstance(piece, ReasoningText)`` tells them apart. Text an upstream writes inline
+    (``<think>`` in its content) stays in the plain pieces, as it came.
 
     Errors are :class:`~duet.agents.errors.UpstreamError` subclasses that name the model (never the
     URL) and keep the upstream's status, ``code``, ``type``, ``param`` and ``Retry-After``.
@@ -589,7 +611,6 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         calls: dict[int, _ToolCallBuilder] = {}
         finish_reason: str | None = None
         usage: Mapping[str, Any] | None = None
-        in_reasoning = False
         answered = False  # a chunk with a choice arrived
         done = False
         failure: UpstreamError | None = None
@@ -621,18 +642,12 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 if reasoning:
                     thought.append(reasoning)
-                    if not in_reasoning:
-                        in_reasoning = True
-                        reasoning = "<think>" + reasoning
-                    yield reasoning
+                    yield ReasoningText(reasoning)
                 text = delta.get("content")
-                tool_deltas = delta.get("tool_calls")
-                if in_reasoning and (text or tool_deltas):
-                    in_reasoning = False
-                    yield "</think>"
                 if text:
                     content.append(text)
                     yield text
+                tool_deltas = delta.get("tool_calls")
                 if tool_deltas:
                     for tool_delta in tool_deltas:
                         index = tool_delta.get("index")
@@ -666,8 +681,6 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise UpstreamProtocolError("ended the stream without an answer (no choices)", model=model)
         if not done and finish_reason is None:
             raise UpstreamConnectionError("ended the stream before the model finished", model=model)
-        if in_reasoning:
-            yield "</think>"
         yield self._result("".join(content), "".join(thought) or None, calls, finish_reason, usage)
 
     async def _unexpected_body(self, response: aiohttp.ClientResponse, what: str) -> UpstreamError:
@@ -726,8 +739,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             calls[index] = _ToolCallBuilder()
             calls[index].add(call)
         if reasoning:
-            yield "<think>" + reasoning
-            yield "</think>"
+            yield ReasoningText(reasoning)
         if text:
             yield text
         assert isinstance(completion, dict)
@@ -823,6 +835,19 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
     @classmethod
     def _from_config(cls, config: OpenAICompatibleClientConfig) -> Self:
         return cls(**config.model_dump())
+
+
+def streaming_create_args(client: ChatCompletionClient, create_args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``extra_create_args`` of a streamed call to ``client``: ``create_args``, plus the request
+    for the usage chunk (``stream_options.include_usage``) that AutoGen's OpenAI clients do not send
+    by themselves. Duet's own client always sends it; other clients may reject OpenAI's field."""
+    if isinstance(client, OpenAICompatibleClient):
+        return create_args
+    from autogen_ext.models.openai import BaseOpenAIChatCompletionClient  # imported once a client needs it
+
+    if isinstance(client, BaseOpenAIChatCompletionClient):
+        return {**create_args, "stream_options": {"include_usage": True}}
+    return create_args
 
 
 def add_usage(a: RequestUsage, b: RequestUsage) -> RequestUsage:

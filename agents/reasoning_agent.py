@@ -17,8 +17,9 @@ from typing_extensions import Self
 from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_tokens, read_messages, agent_arguments
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
+from .model_client import streaming_create_args
 from .run_context import DuetRun
-from .thinking import ThinkTagSplitter
+from .thinking import ReasoningSplitter
 
 DEFAULT_REASONING_PROMPT = (
     "You are the reasoning half of a two-model assistant. Think the conversation through: what the "
@@ -80,9 +81,12 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             call has run this long, the call is closed, a short note ends the reasoning stream, and
             the answer agent goes on with the reasoning so far (0: no limit).
 
-    Example::
+    Example (no model is called before the agent's first turn):
 
-        reasoner = ReasoningAgent("reasoner", OpenAICompatibleClient("deepseek-r1", "http://localhost:11434/v1"))
+    >>> from duet.agents import OpenAICompatibleClient
+    >>> reasoner = ReasoningAgent("reasoner", OpenAICompatibleClient("deepseek-r1", "http://localhost:11434/v1"))
+    >>> reasoner.dump_component().config["max_reasoning_chars"]
+    40000
     """
 
     component_config_schema = ReasoningAgentConfig
@@ -140,13 +144,15 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             call_token = CancellationToken()
             cancellation_token.add_callback(call_token.cancel)
             timer = asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
-        splitter = ThinkTagSplitter()
+        splitter = ReasoningSplitter()
         parts: list[str] = []
         size = 0
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
-        stream = self._model_client.create_stream(prompt, cancellation_token=call_token)
+        stream = self._model_client.create_stream(
+            prompt, extra_create_args=streaming_create_args(self._model_client, {}), cancellation_token=call_token
+        )
         try:
             async for piece in stream:
                 if isinstance(piece, CreateResult):

@@ -11,13 +11,13 @@ from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage
 
 from duet.agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
 from duet.agents.conversation import MISSING_RESULT, as_transcript
-from duet.agents.thinking import ThinkTagSplitter, strip_think_blocks
+from duet.agents.thinking import ReasoningSplitter, ReasoningText, strip_think_blocks
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 from duet.workbenches import DuetWorkbench, ProxyTool, model_safe_name
 
 
 def split(pieces: list[str]) -> tuple[str, str]:
-    splitter = ThinkTagSplitter()
+    splitter = ReasoningSplitter()
     reasoning, content = "", ""
     for piece in pieces:
         r, c = splitter.feed(piece)
@@ -37,9 +37,12 @@ def split(pieces: list[str]) -> tuple[str, str]:
         (["plain ", "text"], ("", "plain text")),
         (["<", "b>bold</b>"], ("", "<b>bold</b>")),
         (["<think>a < b </think>c"], ("a < b ", "c")),
+        ([ReasoningText("a <"), ReasoningText("/think> b"), "\n\n", "c"], ("a </think> b", "c")),  # typed: nothing parsed
+        (["\n", ReasoningText("r"), "c <think>"], ("r", "c <think>")),  # after typed reasoning, tags are text
+        ([ReasoningText("never answered")], ("never answered", "")),
     ],
 )
-def test_think_tag_splitter(pieces: list[str], expected: tuple[str, str]) -> None:
+def test_reasoning_splitter(pieces: list[str], expected: tuple[str, str]) -> None:
     assert split(pieces) == expected
 
 
@@ -129,7 +132,7 @@ def test_model_client_reassembles_what_servers_send() -> None:
                                    interleave_calls=True))
         items = [item async for item in client.create_stream([UserMessage(content="x", source="user")])]
         result = items[-1]
-        assert items[:-1] == ["<think>r", "</think>", "c"]
+        assert items[:-1] == ["r", "c"] and [type(item) for item in items[:-1]] == [ReasoningText, str]
         assert [(c.name, json.loads(c.arguments)) for c in result.content] == [("f", {"a": 1}), ("g", {"b": 2})]
         assert result.thought == "c" and result.finish_reason == "function_calls"
         upstream.script("m", Reply(content=["a", "b"], crlf=True))
@@ -139,6 +142,21 @@ def test_model_client_reassembles_what_servers_send() -> None:
         with pytest.raises(UpstreamConnectionError):
             async for _ in client.create_stream([UserMessage(content="x", source="user")]):
                 pass
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        asyncio.run(main(upstream))
+
+
+def test_model_client_types_reasoning_in_a_plain_json_completion() -> None:
+    """An upstream that ignores ``stream: true`` answers with one JSON body: the same typed pieces."""
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        upstream.script("m", Reply(reasoning=["r1 ", "r2"], content=["c"], body="completion"))
+        items = [item async for item in client.create_stream([UserMessage(content="x", source="user")])]
+        assert items[:-1] == ["r1 r2", "c"] and [type(item) for item in items[:-1]] == [ReasoningText, str]
+        assert items[-1].thought == "r1 r2" and items[-1].content == "c"
         await client.close()
 
     with ScriptedUpstream() as upstream:

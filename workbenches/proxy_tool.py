@@ -26,6 +26,9 @@ def model_safe_name(name: str) -> str:
 
     Valid names are returned unchanged. Others get a readable, deterministic alias (the same
     name always maps to the same alias, so history from earlier rounds stays consistent).
+
+    >>> model_safe_name("get_weather"), model_safe_name("kb.search")
+    ('get_weather', 'kb_search_e08cca43')
     """
     if _VALID_NAME.match(name):
         return name
