@@ -10,6 +10,7 @@ configs: :meth:`ModelSettings.client_config` and ``agent_options()``.
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar, Literal, Optional
 
 from autogen_core.models import ChatCompletionClient, ModelInfo
@@ -34,7 +35,7 @@ REASONER_MODEL_INFO: ModelInfo = {
 ReasoningOutput = Literal["reasoning_content", "think", "hidden"]
 
 DEFAULT_BASE_URL = "http://localhost:11434/v1"
-"""A local Ollama: what ``docker compose up`` runs beside Duet."""
+"""A local Ollama's OpenAI-compatible endpoint."""
 DEFAULT_PIPELINE_NAME = "duet"
 DEFAULT_REASONING_OUTPUT: ReasoningOutput = "reasoning_content"
 
@@ -78,8 +79,6 @@ def _fields(settings: BaseModel, schema: type[BaseModel]) -> dict[str, Any]:
 
 def _stock_client(config: OpenAICompatibleClientConfig) -> ChatCompletionClient:
     """AutoGen's ``OpenAIChatCompletionClient`` for the same model (the openai SDK on the hot path)."""
-    import os
-
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
     from .errors import register_secrets

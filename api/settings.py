@@ -12,8 +12,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
-from duet.agents.settings import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
 from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
+from duet.agents.settings import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
 from duet.workbenches import ToolsSettings
 
 

@@ -5,6 +5,7 @@ component configs a team is made of, and where each setting comes from (flag > v
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +35,20 @@ from duet.api.settings import ServiceOptions
 YAML_SETTINGS = (ModelSettings, ReasonerSettings, AnswerSettings)
 COMPONENT_CONFIGS = (OpenAICompatibleClientConfig, ReasoningAgentConfig, AnswerAgentConfig)
 CONSTRUCTORS = (OpenAICompatibleClient, ReasoningAgent, AnswerAgent)
-DEFAULTED = {  # each of these has a default that the YAML, the component config and the constructor share
+# Settings whose default the YAML settings, a component config and a constructor each state: the
+# number of places each appears in (a model client's field: three settings classes, the client's
+# config and its constructor; an agent's option: its part's settings, its config and its constructor).
+DEFAULTED = {
     "connect_timeout": 5, "read_timeout": 5, "max_retries": 5, "retry_backoff": 5, "max_retry_wait": 5,
     "reason_on_tool_results": 3, "stop_after_thinking": 3, "max_reasoning_chars": 3, "max_reasoning_seconds": 3,
     "max_tool_rounds": 3,
-}  # name: in how many places it appears (the model's fields: three settings, a config, a constructor)
+}
 
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """No DUET_* variable from the machine or another test."""
-    for key in list(__import__("os").environ):
+    for key in list(os.environ):
         if key.startswith("DUET_"):
             monkeypatch.delenv(key)
     return monkeypatch
@@ -282,4 +286,4 @@ def test_serve_passes_its_flags_as_arguments_not_through_the_environment(
     assert stopped.value.code == 2
     error = capsys.readouterr().err
     assert "duet: cannot start" in error and "max_tools" in error
-    assert not [key for key in __import__("os").environ if key.startswith("DUET_")]
+    assert not [key for key in os.environ if key.startswith("DUET_")]
