@@ -45,9 +45,10 @@ def describe_tools(tools: Sequence[ToolSchema]) -> str:
 
 
 DEFAULT_REASON_ON_TOOL_RESULTS = False
-"""Rounds that only bring tool results go straight to the answer agent: the plan was made already."""
+"""Rounds that only bring tool results go straight to the answer agent: one model call fewer per tool round."""
 
 DEFAULT_STOP_AFTER_THINKING = True
+"""The draft answer a reasoning model writes after its thinking is never read: close the call instead."""
 
 DEFAULT_MAX_REASONING_CHARS = 40_000
 """About 10k tokens: more than reasoning models spend on all but the hardest questions, and the
