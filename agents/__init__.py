@@ -8,15 +8,17 @@ Public API:
 - :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
 - :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``),
   whose stream yields reasoning as :class:`ReasoningText` pieces and the answer as plain ``str``;
-- settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`;
+- settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`, built
+  from the components' own option models (:class:`ModelClientOptions`, :class:`ReasoningAgentOptions`,
+  :class:`AnswerAgentOptions`, :class:`DuetAgentOptions`);
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
   :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union);
 - :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
 - errors: :class:`UpstreamError` and its subclasses.
 """
 
-from .answer_agent import AnswerAgent, AnswerAgentConfig
-from .base import CLIENT
+from .answer_agent import AnswerAgent, AnswerAgentConfig, AnswerAgentOptions
+from .base import CLIENT, DuetAgentOptions
 from .conversation import ConversationError, ImageURL, conversation_from_openai
 from .duet import Duet, DuetResult, DuetStream, load_team, load_team_config
 from .errors import (
@@ -43,8 +45,8 @@ from .events import (
     ToolCallsRequested,
     Usage,
 )
-from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient, OpenAICompatibleClientConfig
-from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig
+from .model_client import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig
+from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig, ReasoningAgentOptions
 from .run_context import AnswerOptions, DuetRun, current_run
 from .settings import (
     REASONER_MODEL_INFO,
@@ -62,12 +64,14 @@ __all__ = [
     "ANSWER_MODEL_INFO",
     "AnswerAgent",
     "AnswerAgentConfig",
+    "AnswerAgentOptions",
     "AnswerOptions",
     "AnswerSettings",
     "CLIENT",
     "ContentDelta",
     "ConversationError",
     "Duet",
+    "DuetAgentOptions",
     "DuetError",
     "DuetEvent",
     "DuetResult",
@@ -77,6 +81,7 @@ __all__ = [
     "FinishReason",
     "Finished",
     "ImageURL",
+    "ModelClientOptions",
     "ModelSettings",
     "OpenAICompatibleClient",
     "OpenAICompatibleClientConfig",
@@ -86,6 +91,7 @@ __all__ = [
     "ReasonerSettings",
     "ReasoningAgent",
     "ReasoningAgentConfig",
+    "ReasoningAgentOptions",
     "ReasoningDelta",
     "ReasoningOutput",
     "ReasoningText",

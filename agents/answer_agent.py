@@ -22,11 +22,12 @@ from autogen_core.models import (
 )
 from autogen_core.tools import BaseTool, ToolResult, Workbench
 from autogen_core.tools._workbench import StreamWorkbench  # not exported by autogen_core.tools (0.7.5)
+from pydantic import Field
 from typing_extensions import Self
 
 from duet.workbenches import DuetWorkbench
 
-from .base import CLIENT, DuetAgent, DuetAgentConfig, read_messages, agent_arguments
+from .base import CLIENT, DuetAgent, DuetAgentConfig, DuetAgentOptions, read_messages, agent_arguments
 from .conversation import new_call_id, without_images
 from .model_client import add_usage, streaming_create_args
 from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
@@ -44,8 +45,19 @@ _FINISH_REASONS = {"stop": "stop", "length": "length", "content_filter": "conten
 _DEFAULT_OPTIONS = AnswerOptions()
 
 
-class AnswerAgentConfig(DuetAgentConfig):
-    max_tool_rounds: int = 8
+DEFAULT_MAX_TOOL_ROUNDS = 8
+
+
+class AnswerAgentOptions(DuetAgentOptions):
+    """How the answer agent works: the fields its config and the YAML ``answer:`` section share."""
+
+    max_tool_rounds: int = Field(
+        DEFAULT_MAX_TOOL_ROUNDS, ge=0, description="Rounds of service-tool calls before the model must answer."
+    )
+
+
+class AnswerAgentConfig(AnswerAgentOptions, DuetAgentConfig):
+    """The answer agent as a component: the shared agent fields, then its options."""
 
 
 class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
@@ -77,7 +89,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         system_message: str | None = None,
         workbench: Workbench | None = None,
         tools: Sequence[BaseTool[Any, Any]] | None = None,
-        max_tool_rounds: int = 8,
+        max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
     ) -> None:
         super().__init__(
             name, description, model_client, system_message=system_message, workbench=workbench, tools=tools

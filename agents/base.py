@@ -40,14 +40,20 @@ FAILED_METADATA = {"duet": "failed"}
 """Marks the handoff with which an agent ends a Duet run that failed (the failure went out as an event)."""
 
 
-class DuetAgentConfig(BaseModel):
+class DuetAgentOptions(BaseModel):
+    """What both agents take besides a name, a model client and tools: the fields their configs and
+    the YAML settings of each part (``reasoner:``, ``answer:``) share."""
+
+    system_message: str | None = None
+
+
+class DuetAgentConfig(DuetAgentOptions):
     """Fields both agents serialise. Tools go under ``tools`` (what AutoGen Studio's UI shows) or
     under ``workbench``; both load into one :class:`~duet.workbenches.DuetWorkbench`."""
 
     name: str
     description: str
     model_client: ComponentModel
-    system_message: str | None = None
     workbench: ComponentModel | None = None
     tools: list[ComponentModel] | None = Field(None, description="Tools as a flat list (AutoGen Studio shows these).")
 

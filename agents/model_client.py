@@ -85,28 +85,51 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Largest single server-sent event (a stream without event separators is not buffered forever)."""
 
 
-class OpenAICompatibleClientConfig(BaseModel):
-    """Serialisable configuration. The API key is never stored: only the name of the
-    environment variable that holds it."""
+# The defaults of the client's options, named once: the config's fields, the client's keyword
+# arguments and the YAML model settings (which share the config's fields) all refer to them.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 300.0
+DEFAULT_MAX_RETRIES = 2
+DEFAULT_RETRY_BACKOFF = 0.5
+DEFAULT_MAX_RETRY_WAIT = 10.0
+DEFAULT_MAX_CONNECTIONS = 0
+
+
+class ModelClientOptions(BaseModel):
+    """An upstream model and how to call it: the fields a model client's config
+    (:class:`OpenAICompatibleClientConfig`) and a model section of the YAML settings
+    (:class:`~duet.agents.ModelSettings`) share. The API key is never stored: only the name of
+    the environment variable that holds it."""
 
     model: str
     base_url: str
-    api_key_env: Optional[str] = None
-    model_info: ModelInfo = Field(default_factory=lambda: dict(ANSWER_MODEL_INFO))  # type: ignore[arg-type]
+    api_key_env: Optional[str] = Field(None, description="Environment variable that holds the API key.")
     create_args: dict[str, Any] = Field(
-        default_factory=dict, description="Sent with every request (temperature, extra vendor fields, ...)."
+        default_factory=dict, description="Request fields sent with every call (temperature, extra vendor fields, ...)."
     )
     headers: dict[str, str] = Field(default_factory=dict)
-    connect_timeout: float = 10.0
-    read_timeout: float = Field(300.0, description="Longest silence allowed between two bytes of the upstream's answer.")
-    max_connections: int = Field(0, description="Connection pool size; 0 means unlimited.")
+    connect_timeout: float = Field(DEFAULT_CONNECT_TIMEOUT, description="Seconds to open a connection.")
+    read_timeout: float = Field(DEFAULT_READ_TIMEOUT, description="Longest silence allowed from the upstream, in seconds.")
     max_retries: int = Field(
-        2, ge=0, description="Retries of a call that failed before the upstream sent any answer (no connection, 429, 5xx)."
+        DEFAULT_MAX_RETRIES,
+        ge=0,
+        description="Retries of a call that failed before the upstream sent any answer (no connection, 429, 5xx).",
     )
-    retry_backoff: float = Field(0.5, ge=0, description="Seconds before the first retry; doubled for each next one, with jitter.")
+    retry_backoff: float = Field(
+        DEFAULT_RETRY_BACKOFF, ge=0, description="Seconds before the first retry; doubled for each next one, with jitter."
+    )
     max_retry_wait: float = Field(
-        10.0, ge=0, description="Longest Retry-After (seconds) waited out; a longer one is passed on to the client at once."
+        DEFAULT_MAX_RETRY_WAIT,
+        ge=0,
+        description="Longest Retry-After (seconds) waited out; a longer one is passed on to the client at once.",
     )
+
+
+class OpenAICompatibleClientConfig(ModelClientOptions):
+    """Serialisable configuration of :class:`OpenAICompatibleClient`."""
+
+    model_info: ModelInfo = Field(default_factory=lambda: dict(ANSWER_MODEL_INFO))  # type: ignore[arg-type]
+    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, description="Connection pool size; 0 means unlimited.")
 
 
 def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
@@ -346,12 +369,12 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         model_info: ModelInfo | None = None,
         create_args: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 300.0,
-        max_connections: int = 0,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
-        max_retry_wait: float = 10.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        retry_backoff: float = DEFAULT_RETRY_BACKOFF,
+        max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
     ) -> None:
         self._config = OpenAICompatibleClientConfig(
             model=model,

@@ -14,7 +14,7 @@ from autogen_core.tools import BaseTool, ToolSchema, Workbench
 from pydantic import Field
 from typing_extensions import Self
 
-from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, estimate_tokens, read_messages, agent_arguments
+from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, DuetAgentOptions, estimate_tokens, read_messages, agent_arguments
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
 from .model_client import streaming_create_args
@@ -45,6 +45,12 @@ def describe_tools(tools: Sequence[ToolSchema]) -> str:
     return "\n".join(lines)
 
 
+DEFAULT_REASON_ON_TOOL_RESULTS = False
+"""Rounds that only bring tool results go straight to the answer agent: one model call fewer per tool round."""
+
+DEFAULT_STOP_AFTER_THINKING = True
+"""The draft answer a reasoning model writes after its thinking is never read: close the call instead."""
+
 DEFAULT_MAX_REASONING_CHARS = 40_000
 """About 10k tokens: more than reasoning models spend on all but the hardest questions, and the
 reasoning is pasted into the answer model's prompt, which must still fit a 16k-32k context window."""
@@ -53,14 +59,32 @@ DEFAULT_MAX_REASONING_SECONDS = 300.0
 """Five minutes of thinking before the answer starts is the most a person waiting should get."""
 
 
-class ReasoningAgentConfig(DuetAgentConfig):
-    reason_on_tool_results: bool = False
-    stop_after_thinking: bool = True
-    # 0 means no limit (a dumped component drops None values, which would bring the defaults back).
-    max_reasoning_chars: int = Field(DEFAULT_MAX_REASONING_CHARS, ge=0, description="Longest reasoning, in characters; 0: no limit.")
-    max_reasoning_seconds: float = Field(
-        DEFAULT_MAX_REASONING_SECONDS, ge=0, description="Longest reasoning call, in seconds; 0: no limit."
+class ReasoningAgentOptions(DuetAgentOptions):
+    """How the reasoning agent works: the fields its config and the YAML ``reasoner:`` section share."""
+
+    reason_on_tool_results: bool = Field(
+        DEFAULT_REASON_ON_TOOL_RESULTS, description="Think again on rounds that only bring tool results."
     )
+    stop_after_thinking: bool = Field(
+        DEFAULT_STOP_AFTER_THINKING, description="Close the reasoning call when the thinking ends."
+    )
+    # 0 means no limit (a dumped component drops None values, which would bring the defaults back).
+    max_reasoning_chars: int = Field(
+        DEFAULT_MAX_REASONING_CHARS,
+        ge=0,
+        description="Longest reasoning, in characters: then the call is closed, a note ends the reasoning and the "
+        "answer model goes on with the reasoning so far. 0: no limit.",
+    )
+    max_reasoning_seconds: float = Field(
+        DEFAULT_MAX_REASONING_SECONDS,
+        ge=0,
+        description="Longest reasoning call, in seconds (from the request to the model on); then as for "
+        "max_reasoning_chars. 0: no limit.",
+    )
+
+
+class ReasoningAgentConfig(ReasoningAgentOptions, DuetAgentConfig):
+    """The reasoning agent as a component: the shared agent fields, then its options."""
 
 
 class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
@@ -101,8 +125,8 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         system_message: str | None = None,
         workbench: Workbench | None = None,
         tools: Sequence[BaseTool[Any, Any]] | None = None,
-        reason_on_tool_results: bool = False,
-        stop_after_thinking: bool = True,
+        reason_on_tool_results: bool = DEFAULT_REASON_ON_TOOL_RESULTS,
+        stop_after_thinking: bool = DEFAULT_STOP_AFTER_THINKING,
         max_reasoning_chars: int = DEFAULT_MAX_REASONING_CHARS,
         max_reasoning_seconds: float = DEFAULT_MAX_REASONING_SECONDS,
     ) -> None:

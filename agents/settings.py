@@ -1,16 +1,26 @@
-"""Settings of a pipeline: which models play the two parts, and how."""
+"""Settings of a pipeline: which models play the two parts, and how.
+
+The YAML settings are built from the components' own schemas, so each field and each default has
+one home: a model section is :class:`~duet.agents.model_client.ModelClientOptions` (the fields of
+the model client's config) plus the choice of client, and a part's section adds its agent's options
+(:class:`~duet.agents.reasoning_agent.ReasoningAgentOptions`,
+:class:`~duet.agents.answer_agent.AnswerAgentOptions`). The settings then produce the component
+configs: :meth:`ModelSettings.client_config` and ``agent_options()``.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+import os
+from typing import Any, ClassVar, Literal, Optional
 
 from autogen_core.models import ChatCompletionClient, ModelInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from duet.workbenches import ToolsSettings
 
-from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
-from .reasoning_agent import DEFAULT_MAX_REASONING_CHARS, DEFAULT_MAX_REASONING_SECONDS
+from .answer_agent import AnswerAgentOptions
+from .model_client import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig
+from .reasoning_agent import ReasoningAgentOptions
 
 REASONER_MODEL_INFO: ModelInfo = {
     "vision": False,
@@ -24,92 +34,86 @@ REASONER_MODEL_INFO: ModelInfo = {
 
 ReasoningOutput = Literal["reasoning_content", "think", "hidden"]
 
+DEFAULT_BASE_URL = "http://localhost:11434/v1"
+"""A local Ollama's OpenAI-compatible endpoint."""
+DEFAULT_PIPELINE_NAME = "duet"
+DEFAULT_REASONING_OUTPUT: ReasoningOutput = "reasoning_content"
 
-class ModelSettings(BaseModel):
-    """One upstream model. The API key is named by environment variable, never written down."""
+
+class ModelSettings(ModelClientOptions):
+    """One upstream model: the model client's own fields, plus which client to use. The API key is
+    named by environment variable, never written down."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    base_url: str = "http://localhost:11434/v1"
-    model: str
-    api_key_env: Optional[str] = Field(None, description="Environment variable that holds the API key.")
+    default_model_info: ClassVar[ModelInfo] = ANSWER_MODEL_INFO
+    """What ``model_info`` is merged over: the capabilities assumed for this part's model."""
+
+    base_url: str = DEFAULT_BASE_URL
     model_info: Optional[dict[str, Any]] = Field(
         None, description="AutoGen capabilities (vision, function_calling, ...), merged over the defaults for the part."
-    )
-    create_args: dict[str, Any] = Field(default_factory=dict, description="Request fields sent with every call.")
-    headers: dict[str, str] = Field(default_factory=dict)
-    connect_timeout: float = 10.0
-    read_timeout: float = Field(300.0, description="Longest silence allowed from the upstream, in seconds.")
-    max_retries: int = Field(
-        2, ge=0, description="Retries of a call that failed before the upstream sent any answer (no connection, 429, 5xx)."
-    )
-    retry_backoff: float = Field(0.5, ge=0, description="Seconds before the first retry; doubled for each next one, with jitter.")
-    max_retry_wait: float = Field(
-        10.0, ge=0, description="Longest Retry-After (seconds) waited out; a longer one is passed on to the client at once."
     )
     client: Literal["duet", "openai"] = Field(
         "duet",
         description="'duet': Duet's lean streaming client; 'openai': AutoGen's OpenAIChatCompletionClient (openai SDK).",
     )
-    system_message: Optional[str] = None
 
-    def build_client(self, default_info: ModelInfo) -> ChatCompletionClient:
+    def client_config(self, default_info: ModelInfo | None = None) -> OpenAICompatibleClientConfig:
+        """The model client's config: these settings' client fields, with ``model_info`` merged over
+        ``default_info`` (by default, the part's :attr:`default_model_info`)."""
+        info = dict(default_info or self.default_model_info) | dict(self.model_info or {})
+        return OpenAICompatibleClientConfig(**_fields(self, ModelClientOptions), model_info=info)  # type: ignore[arg-type]
+
+    def build_client(self, default_info: ModelInfo | None = None) -> ChatCompletionClient:
         """Creates the model client (with its connection pool): once per pipeline, at startup."""
-        info = dict(default_info) | dict(self.model_info or {})
+        config = self.client_config(default_info)
         if self.client == "openai":
-            import os
-
-            from autogen_ext.models.openai import OpenAIChatCompletionClient
-
-            from .errors import register_secrets
-
-            key = os.environ.get(self.api_key_env) if self.api_key_env else None
-            register_secrets([key, *self.headers.values()])  # masked in every error message and log line
-            return OpenAIChatCompletionClient(
-                model=self.model,
-                base_url=self.base_url,
-                api_key=key or "not-needed",
-                model_info=info,  # type: ignore[arg-type]
-                timeout=self.read_timeout,
-                max_retries=self.max_retries,  # the openai SDK's own policy (backoff, Retry-After up to 60 s)
-                default_headers=self.headers or None,
-                include_name_in_message=False,
-                **self.create_args,
-            )
-        return OpenAICompatibleClient(
-            model=self.model,
-            base_url=self.base_url,
-            api_key_env=self.api_key_env,
-            model_info=info,  # type: ignore[arg-type]
-            create_args=self.create_args,
-            headers=self.headers,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-            max_retries=self.max_retries,
-            retry_backoff=self.retry_backoff,
-            max_retry_wait=self.max_retry_wait,
-        )
+            return _stock_client(config)
+        return OpenAICompatibleClient._from_config(config)
 
 
-class ReasonerSettings(ModelSettings):
-    reason_on_tool_results: bool = Field(False, description="Think again on rounds that only bring tool results.")
-    stop_after_thinking: bool = Field(True, description="Close the reasoning call when the thinking ends.")
-    max_reasoning_chars: int = Field(
-        DEFAULT_MAX_REASONING_CHARS,
-        ge=0,
-        description="Longest reasoning, in characters: then the call is closed, a note ends the reasoning and the "
-        "answer model goes on with the reasoning so far. 0: no limit.",
-    )
-    max_reasoning_seconds: float = Field(
-        DEFAULT_MAX_REASONING_SECONDS,
-        ge=0,
-        description="Longest reasoning call, in seconds (from the request to the model on); then as for "
-        "max_reasoning_chars. 0: no limit.",
+def _fields(settings: BaseModel, schema: type[BaseModel]) -> dict[str, Any]:
+    """The values of ``schema``'s fields in ``settings`` (a subclass of it)."""
+    return {name: getattr(settings, name) for name in schema.model_fields}
+
+
+def _stock_client(config: OpenAICompatibleClientConfig) -> ChatCompletionClient:
+    """AutoGen's ``OpenAIChatCompletionClient`` for the same model (the openai SDK on the hot path)."""
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    from .errors import register_secrets
+
+    key = os.environ.get(config.api_key_env) if config.api_key_env else None
+    register_secrets([key, *config.headers.values()])  # masked in every error message and log line
+    return OpenAIChatCompletionClient(
+        model=config.model,
+        base_url=config.base_url,
+        api_key=key or "not-needed",
+        model_info=config.model_info,
+        timeout=config.read_timeout,
+        max_retries=config.max_retries,  # the openai SDK's own policy (backoff, Retry-After up to 60 s)
+        default_headers=config.headers or None,
+        include_name_in_message=False,
+        **config.create_args,
     )
 
 
-class AnswerSettings(ModelSettings):
-    max_tool_rounds: int = Field(8, ge=0, description="Rounds of service-tool calls before the model must answer.")
+class ReasonerSettings(ReasoningAgentOptions, ModelSettings):
+    """The ``reasoner:`` section: its model, and the reasoning agent's options."""
+
+    default_model_info: ClassVar[ModelInfo] = REASONER_MODEL_INFO
+
+    def agent_options(self) -> ReasoningAgentOptions:
+        """The reasoning agent's options these settings set (its constructor's keywords)."""
+        return ReasoningAgentOptions(**_fields(self, ReasoningAgentOptions))
+
+
+class AnswerSettings(AnswerAgentOptions, ModelSettings):
+    """The ``answer:`` section: its model, and the answer agent's options."""
+
+    def agent_options(self) -> AnswerAgentOptions:
+        """The answer agent's options these settings set (its constructor's keywords)."""
+        return AnswerAgentOptions(**_fields(self, AnswerAgentOptions))
 
 
 class PipelineSettings(BaseModel):
@@ -118,9 +122,9 @@ class PipelineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "duet"
+    name: str = DEFAULT_PIPELINE_NAME
     reasoning_output: ReasoningOutput = Field(
-        "reasoning_content",
+        DEFAULT_REASONING_OUTPUT,
         description="How thinking reaches the client: 'reasoning_content' deltas, '<think>' tags in content, or 'hidden'.",
     )
     reasoner: Optional[ReasonerSettings] = None
@@ -130,6 +134,9 @@ class PipelineSettings(BaseModel):
 
 __all__ = [
     "ANSWER_MODEL_INFO",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_PIPELINE_NAME",
+    "DEFAULT_REASONING_OUTPUT",
     "REASONER_MODEL_INFO",
     "AnswerSettings",
     "ModelSettings",

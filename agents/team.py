@@ -46,26 +46,11 @@ def build_team(
             raise ValueError("the pipeline has a reasoner but no reasoner client was given")
         participants.append(
             ReasoningAgent(
-                REASONER_NAME,
-                reasoner_client,
-                system_message=settings.reasoner.system_message,
-                workbench=shared,
-                tools=tools,
-                reason_on_tool_results=settings.reasoner.reason_on_tool_results,
-                stop_after_thinking=settings.reasoner.stop_after_thinking,
-                max_reasoning_chars=settings.reasoner.max_reasoning_chars,
-                max_reasoning_seconds=settings.reasoner.max_reasoning_seconds,
+                REASONER_NAME, reasoner_client, workbench=shared, tools=tools, **dict(settings.reasoner.agent_options())
             )
         )
     participants.append(
-        AnswerAgent(
-            ANSWERER_NAME,
-            answer_client,
-            system_message=settings.answer.system_message,
-            workbench=shared,
-            tools=tools,
-            max_tool_rounds=settings.answer.max_tool_rounds,
-        )
+        AnswerAgent(ANSWERER_NAME, answer_client, workbench=shared, tools=tools, **dict(settings.answer.agent_options()))
     )
     return RoundRobinGroupChat(
         participants,  # type: ignore[arg-type]

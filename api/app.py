@@ -26,7 +26,7 @@ from .health import Readiness
 from .limits import RequestGate
 from .routes import add_routes
 from .serving import ChatCompletionsService
-from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings, merged_options
+from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
 logger = logging.getLogger("duet")
 
@@ -64,15 +64,16 @@ class ServiceConfig:
     @classmethod
     def from_env(cls, env: EnvSettings | None = None) -> "ServiceConfig":
         env = env or EnvSettings()
+        options = env.service_options()  # flags, then DUET_* variables, then the YAML file: resolved by EnvSettings
         if env.team is not None:
             pipelines: list[PipelineSettings | TeamPipelineSettings] = [
                 TeamPipelineSettings(name=env.model_name, team_file=env.team, reasoning_output=env.reasoning_output)
             ]
-            return cls(pipelines, env.keys, merged_options(env))
+            return cls(pipelines, env.keys, options)
         if env.config is not None:
             file = ConfigFile.load(env.config)
-            return cls(list(file.pipelines), env.keys or file.api_keys, merged_options(env, file))
-        return cls([env.default_pipeline()], env.keys, merged_options(env))
+            return cls(list(file.pipelines), env.keys or file.api_keys, options)
+        return cls([env.default_pipeline()], env.keys, options)
 
     def build(self, continuations: ContinuationStore) -> dict[str, Duet]:
         """Creates every pipeline (model clients, service tools, team files loaded and checked) once."""

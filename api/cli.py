@@ -19,25 +19,29 @@ def _import_from_working_directory() -> None:
         sys.path.insert(0, os.getcwd())
 
 
+def given_flags(args: argparse.Namespace, *names: str) -> dict[str, object]:
+    """The flags the command line set, as :class:`~duet.api.settings.EnvSettings` arguments: the
+    settings' first source, so a flag wins over its ``DUET_*`` variable and the YAML file."""
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+SERVE_FLAGS = ("config", "team", "model_name", "reasoning_output", "host", "port")
+"""The flags of ``duet serve``, each the name of an :class:`~duet.api.settings.EnvSettings` field."""
+
+
 def _serve(args: argparse.Namespace) -> None:
     _import_from_working_directory()
-    # Command-line flags win over DUET_* variables: pass them on through the environment.
-    for flag, variable in (("config", "DUET_CONFIG"), ("team", "DUET_TEAM"), ("model_name", "DUET_MODEL_NAME"),
-                           ("reasoning_output", "DUET_REASONING_OUTPUT"), ("host", "DUET_HOST"), ("port", "DUET_PORT")):
-        value = getattr(args, flag)
-        if value is not None:
-            os.environ[variable] = str(value)
     from .app import ServiceConfig, create_app
     from .process import configure_process, freeze_startup_objects
     from .server import serve
     from .settings import EnvSettings
 
-    env = EnvSettings()
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in ("duet", "agents", "api", "workbenches"):  # AutoGen's own INFO logs describe every runtime message
-        logging.getLogger(name).setLevel(env.log_level.upper())
-    configure_process()
     try:
+        env = EnvSettings(**given_flags(args, *SERVE_FLAGS))  # reads the YAML file's service-wide options too
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # Duet's own loggers only: AutoGen's INFO logs describe every runtime message.
+        logging.getLogger("duet").setLevel(env.log_level.upper())
+        configure_process()
         config = ServiceConfig.from_env(env)
         app = create_app(config)  # builds every pipeline: fails before binding the port
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
@@ -55,9 +59,7 @@ def _export_team(args: argparse.Namespace) -> None:
     from .app import ServiceConfig
     from .settings import EnvSettings
 
-    if args.config is not None:
-        os.environ["DUET_CONFIG"] = args.config
-    pipelines = ServiceConfig.from_env(EnvSettings()).pipelines
+    pipelines = ServiceConfig.from_env(EnvSettings(**given_flags(args, "config"))).pipelines
     chosen = next((p for p in pipelines if args.pipeline in (None, p.name)), None)
     if chosen is None:
         raise SystemExit(f"duet: no pipeline named {args.pipeline!r}; there are: {', '.join(p.name for p in pipelines)}")
@@ -85,7 +87,8 @@ def _export_team(args: argparse.Namespace) -> None:
         print(f"wrote {args.output}", file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``duet`` command line; each command's handler is its ``handler`` default."""
     parser = argparse.ArgumentParser(prog="duet", description="A reasoning model and an answer model behind one OpenAI-compatible endpoint.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -105,8 +108,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     export.add_argument("--studio", action="store_true", help="list tools under each agent's 'tools' (what Studio's UI shows)")
     export.add_argument("-o", "--output", help="output file (default: stdout)")
     export.set_defaults(handler=_export_team)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     args.handler(args)
 
 

@@ -1,4 +1,5 @@
-"""Service configuration: environment variables (``DUET_*``) and an optional YAML file."""
+"""Service configuration: command-line flags, environment variables (``DUET_*``) and an optional
+YAML file, in that order of precedence (pydantic-settings sources, see :class:`EnvSettings`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import Annotated, Any, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
 from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
+from duet.agents.settings import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
 from duet.workbenches import ToolsSettings
 
 
@@ -20,7 +23,10 @@ MiB = 1024 * 1024
 class ServiceOptions(BaseModel):
     """Service-wide settings, each settable both as a ``DUET_*`` variable (``DUET_MAX_BODY_BYTES``)
     and as a top-level key of the YAML file (``max_body_bytes``); the variable wins. Every wait has
-    a timeout and every buffer a bound: these are the defaults a deployment starts from."""
+    a timeout and every buffer a bound: these are the defaults a deployment starts from.
+
+    The one home of these fields: :class:`EnvSettings` (the variables) and :class:`ConfigFile` (the
+    YAML file) both inherit them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -57,8 +63,14 @@ class ServiceOptions(BaseModel):
 
 
 class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
-    """Everything settable from the environment. The model settings describe the default
-    pipeline; a YAML file (``DUET_CONFIG`` / ``--config``) replaces them with its own pipelines."""
+    """Everything settable from the environment, and the service-wide options resolved.
+
+    Each field is taken from the first source that sets it: the arguments given (``duet serve``
+    passes its command-line flags so), then the ``DUET_*`` variables, then, for the
+    :class:`ServiceOptions`, the top-level keys of the YAML file that ``config`` names; then the
+    default. The model settings describe the default pipeline; a YAML file (``DUET_CONFIG`` /
+    ``--config``) replaces them with its own pipelines.
+    """
 
     model_config = SettingsConfigDict(env_prefix="DUET_", extra="ignore")
 
@@ -67,18 +79,34 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
     config: Optional[Path] = None
     team: Optional[Path] = Field(None, description="Serve this team file as the only pipeline.")
     api_keys: str = Field("", description="Comma-separated bearer keys; empty means the endpoint is open.")
-    model_name: str = "duet"
-    reasoner_base_url: str = "http://localhost:11434/v1"
+    model_name: str = DEFAULT_PIPELINE_NAME
+    reasoner_base_url: str = DEFAULT_BASE_URL
     reasoner_model: str = Field("deepseek-r1:7b", description="Empty: the answer model serves alone.")
-    answer_base_url: str = "http://localhost:11434/v1"
+    answer_base_url: str = DEFAULT_BASE_URL
     answer_model: str = "qwen2.5:7b"
-    reasoning_output: ReasoningOutput = "reasoning_content"
+    reasoning_output: ReasoningOutput = DEFAULT_REASONING_OUTPUT
     function_tools: str = Field("", description="Comma-separated 'module:function' paths: service tools of the default pipeline.")
     log_level: str = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Highest first: arguments (command-line flags), ``DUET_*`` variables, the YAML file."""
+        return init_settings, env_settings, ConfigFileOptions(settings_cls)
 
     @property
     def keys(self) -> list[str]:
         return [key.strip() for key in self.api_keys.split(",") if key.strip()]
+
+    def service_options(self) -> ServiceOptions:
+        """The resolved service-wide options alone."""
+        return ServiceOptions(**{name: getattr(self, name) for name in ServiceOptions.model_fields})
 
     def default_pipeline(self) -> PipelineSettings:
         """The pipeline the ``DUET_*`` model variables describe (API keys stay in the environment)."""
@@ -104,7 +132,7 @@ class TeamPipelineSettings(BaseModel):
 
     name: str
     team_file: Path
-    reasoning_output: ReasoningOutput = "reasoning_content"
+    reasoning_output: ReasoningOutput = DEFAULT_REASONING_OUTPUT
 
 
 def _pipeline_kind(value: Any) -> str:
@@ -138,9 +166,20 @@ class ConfigFile(ServiceOptions):
         return config
 
 
-def merged_options(env: EnvSettings, file: ConfigFile | None = None) -> ServiceOptions:
-    """The service-wide options: defaults, then what the file sets, then the variables that are set."""
-    fields = ServiceOptions.model_fields
-    values = {name: getattr(file, name) for name in (file.model_fields_set if file else ()) if name in fields}
-    values |= {name: getattr(env, name) for name in env.model_fields_set if name in fields}
-    return ServiceOptions(**values)
+class ConfigFileOptions(PydanticBaseSettingsSource):
+    """The settings source of the YAML file: the :class:`ServiceOptions` its top level sets.
+
+    The file is the one that the higher sources name (``--config`` or ``DUET_CONFIG``), so this source
+    runs after them and reads their result. A served team file (``--team``) replaces the YAML
+    file, as it does for the pipelines.
+    """
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # the file is read whole, in __call__
+
+    def __call__(self) -> dict[str, Any]:
+        config, team = self.current_state.get("config"), self.current_state.get("team")
+        if config is None or team is not None:
+            return {}
+        file = ConfigFile.load(Path(config))
+        return {name: getattr(file, name) for name in file.model_fields_set & ServiceOptions.model_fields.keys()}

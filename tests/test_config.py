@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import posixpath
+import re
+import shlex
 import subprocess
+import tomllib
+from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from duet.agents import PipelineSettings
 from duet.api import EnvSettings
+from duet.api.cli import SERVE_FLAGS, build_parser, given_flags, main
 from tests.conftest import ANSWER, API_KEY, DUET, REASONER, ROOT, DuetServer, sse_events
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
@@ -124,8 +133,12 @@ def test_every_service_wide_setting_is_documented() -> None:
         assert name in ConfigFile.model_fields, name
 
 
-def test_docker_compose_matches_the_code() -> None:
-    """No Docker engine runs here: check that the file parses and that what it runs exists."""
+def test_docker_compose_matches_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Docker engine runs here: check that the files parse and that what they build and run is
+    this repository's package and its ``duet serve``, on the port the settings give."""
+    for key in list(os.environ):
+        if key.startswith("DUET_"):
+            monkeypatch.delenv(key)
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     duet = compose["services"]["duet"]
     settings = set(EnvSettings.model_fields)
@@ -142,5 +155,109 @@ def test_docker_compose_matches_the_code() -> None:
     assert "ollama" in compose["services"] and "11434" in json.dumps(compose["services"]["ollama"])
     pulled = json.dumps(compose["services"])
     assert names["DUET_REASONER_MODEL"] in pulled and names["DUET_ANSWER_MODEL"] in pulled
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "pip install" in dockerfile and "duet" in dockerfile
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    scripts = project["project"]["scripts"]
+    assert duet["build"] == "." and duet["command"][0] in scripts
+    assert build_parser().parse_args(duet["command"][1:]).command == "serve"
+
+    image = read_dockerfile(ROOT / "Dockerfile")
+    python = re.fullmatch(r"python:(\d+\.\d+)(-[a-z]+)?", image.base)
+    assert python and SpecifierSet(project["project"]["requires-python"]).contains(python.group(1)), image.base
+    for source in image.placed.values():
+        assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which is not in the repository"
+    # It installs this repository's package, from the source it copied, with the pinned versions.
+    [(build_dir, arguments)] = image.installs
+    targets, constraints = pip_install_targets(arguments)
+    assert targets == ["."] and constraints == ["constraints.txt"]
+    setuptools = project["tool"]["setuptools"]
+    folders = [setuptools["package-dir"].get(package, package.replace(".", "/")) for package in setuptools["packages"]]
+    for needed in ["pyproject.toml", project["project"]["readme"], *constraints, *folders]:
+        assert image.placed.get(posixpath.join(build_dir, needed)) == needed, f"the build needs {needed}"
+    # It runs the installed package: from a directory without the source, which would shadow it.
+    assert build_dir in image.removed and not image.workdir.startswith(build_dir)
+    assert not [path for path in image.placed if path.startswith(image.workdir.rstrip("/") + "/")]
+    # Its command is the package's console script, `duet serve`, on the port compose maps and probes.
+    script, *argv = image.command
+    module, function = scripts[script].split(":")
+    assert getattr(importlib.import_module(module), function) is main
+    args = build_parser().parse_args(argv)
+    served = EnvSettings(**given_flags(args, *SERVE_FLAGS))
+    assert args.command == "serve" and served.host == "0.0.0.0"
+    assert image.exposed == [served.port] == [EnvSettings.model_fields["port"].default] == [int(names["DUET_PORT"])]
+    assert [int(mapping.split(":")[-1]) for mapping in duet["ports"]] == [served.port]
+    assert re.search(rf"127\.0\.0\.1:{served.port}/health\b", json.dumps(duet["healthcheck"]["test"]))
+
+
+@dataclass
+class DockerImage:
+    """What a Dockerfile builds, as far as the test above reads it (paths are in the image)."""
+
+    base: str = ""
+    placed: dict[str, str] = dataclass_field(default_factory=dict)  # image path: the repository path copied there
+    installs: list[tuple[str, list[str]]] = dataclass_field(default_factory=list)  # (working directory, pip install arguments)
+    removed: list[str] = dataclass_field(default_factory=list)
+    workdir: str = "/"
+    exposed: list[int] = dataclass_field(default_factory=list)
+    entrypoint: list[str] = dataclass_field(default_factory=list)
+    cmd: list[str] = dataclass_field(default_factory=list)
+
+    @property
+    def command(self) -> list[str]:
+        return [*self.entrypoint, *self.cmd]
+
+
+def read_dockerfile(path: Path) -> DockerImage:
+    image = DockerImage()
+    lines: list[str] = []
+    continued = ""
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if not continued and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            continued += stripped[:-1] + " "
+        else:
+            lines.append(continued + stripped)
+            continued = ""
+    for line in lines:
+        instruction, _, arguments = line.partition(" ")
+        instruction = instruction.upper()
+        if instruction == "FROM":
+            image.base = arguments.split()[0]
+        elif instruction == "WORKDIR":
+            image.workdir = posixpath.normpath(posixpath.join(image.workdir, arguments.strip()))
+        elif instruction == "COPY":
+            *sources, target = shlex.split(arguments)
+            assert not [s for s in sources if s.startswith("--")], "everything is copied from the repository"
+            target = posixpath.normpath(posixpath.join(image.workdir, target))
+            for source in sources:
+                into_directory = len(sources) > 1 or arguments.rstrip().endswith("/")
+                image.placed[posixpath.join(target, posixpath.basename(source)) if into_directory else target] = source
+        elif instruction == "RUN":
+            for command in re.split(r"&&|;", arguments):
+                words = shlex.split(command)
+                if "pip" in words[:3] and "install" in words:
+                    image.installs.append((image.workdir, words[words.index("install") + 1:]))
+                elif words[:2] == ["rm", "-rf"]:
+                    image.removed.extend(words[2:])
+        elif instruction == "EXPOSE":
+            image.exposed.extend(int(port.split("/")[0]) for port in arguments.split())
+        elif instruction in ("CMD", "ENTRYPOINT"):
+            assert arguments.startswith("["), "exec form: signals reach duet itself, not a shell"
+            setattr(image, instruction.lower(), json.loads(arguments))
+    return image
+
+
+def pip_install_targets(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """What ``pip install`` installs, and the constraint files it applies."""
+    targets: list[str] = []
+    constraints: list[str] = []
+    words = iter(arguments)
+    for word in words:
+        if word in ("-c", "--constraint"):
+            constraints.append(next(words))
+        elif word in ("-r", "--requirement", "-e", "--editable"):
+            targets.append(f"{word} {next(words)}")
+        elif not word.startswith("-"):
+            targets.append(word)
+    return targets, constraints
