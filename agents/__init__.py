@@ -15,7 +15,6 @@ Public API:
 """
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
-from .base import CLIENT
 from .conversation import ConversationError, ImageURL, conversation_from_openai
 from .duet import Duet, DuetResult, DuetStream, load_team, load_team_config
 from .errors import (
@@ -43,8 +42,9 @@ from .events import (
     Usage,
 )
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient, OpenAICompatibleClientConfig
+from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME, task_messages
 from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig
-from .run_context import AnswerOptions, DuetRun, current_run
+from .run_context import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
 from .settings import (
     REASONER_MODEL_INFO,
     AnswerSettings,
@@ -53,7 +53,7 @@ from .settings import (
     ReasonerSettings,
     ReasoningOutput,
 )
-from .team import ANSWERER_NAME, REASONER_NAME, build_team, export_team
+from .team import build_team, export_team
 
 __all__ = [
     "ANSWERER_NAME",
@@ -86,6 +86,7 @@ __all__ = [
     "ReasoningAgentConfig",
     "ReasoningDelta",
     "ReasoningOutput",
+    "RunNotBoundError",
     "TeamLoadError",
     "ToolCall",
     "ToolCallsRequested",
@@ -96,6 +97,7 @@ __all__ = [
     "UpstreamTimeout",
     "UpstreamUnreachable",
     "Usage",
+    "bind_run",
     "build_team",
     "export_team",
     "conversation_from_openai",
@@ -104,5 +106,6 @@ __all__ = [
     "load_team_config",
     "mask_secrets",
     "register_secrets",
+    "task_messages",
     "upstream_error_from_openai",
 ]

@@ -13,16 +13,15 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 from autogen_agentchat.base import Team
-from autogen_agentchat.messages import BaseChatMessage, HandoffMessage, TextMessage
 from autogen_core import CancellationToken, ComponentLoader, ComponentModel, SingleThreadedAgentRuntime
 from autogen_core.models import AssistantMessage, ChatCompletionClient, FunctionExecutionResultMessage, LLMMessage
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel
 
-from duet.workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, bind_request, proxy_tools_from_openai
+from duet.workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, proxy_tools_from_openai
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
-from .base import CLIENT, REASONING_METADATA, workbench_from_config
+from .base import workbench_from_config
 from .continuations import (
     Continuation,
     ContinuationStore,
@@ -32,10 +31,11 @@ from .continuations import (
     splice,
     tool_rounds,
 )
-from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results, last_user_text
+from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results
 from .errors import TeamLoadError
 from .events import ContentDelta, DuetEvent, Failed, Finished, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .legacy_providers import with_current_providers
+from .messages import AnswerReply, ClientHandoff, ReasoningReply, read_reply, task_messages
 from .model_client import ANSWER_MODEL_INFO
 from .run_context import AnswerOptions, DuetRun, bind_run
 from .runtime import LeanAgentRuntime
@@ -405,14 +405,13 @@ class Duet:
         else:
             client_tools = proxy_tools_from_openai(tools)  # type: ignore[arg-type]
         channel = _EventChannel()
+        request = RequestContext(request_id=request_id or uuid.uuid4().hex, user=user, pipeline=self.name)
         run = DuetRun(
             emit=channel.emit,
             room=channel.room,
-            workbench=DuetWorkbench.for_request(self.services.tools, client_tools),
+            workbench=DuetWorkbench.for_request(self.services.tools, client_tools, request=request),
             options=options or AnswerOptions(),
-            request_id=request_id or uuid.uuid4().hex,
-            user=user,
-            pipeline=self.name,
+            request=request,
         )
         token = cancellation_token or CancellationToken()
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
@@ -438,51 +437,43 @@ class Duet:
         return DuetResult.of(events)
 
     async def _drive(self, conversation: list[LLMMessage], run: DuetRun, token: CancellationToken) -> None:
-        # Bound in this task's context; the runtime started below inherits both.
-        bind_run(run)
-        bind_request(RequestContext(request_id=run.request_id, user=run.user, pipeline=run.pipeline))
-        slot: TeamSlot | None = None
-        clean = False
-        try:
-            _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
-            conversation, earlier_reasoning = await self._restore(conversation)
-            # Built from values already validated: model_construct skips re-validating the conversation.
-            task: list[BaseChatMessage] = [
-                HandoffMessage.model_construct(
-                    source=CLIENT, target="duet", content=last_user_text(conversation) or "(continue)", context=conversation
-                )
-            ]
-            if earlier_reasoning:  # the reasoning this tool round was started with
-                task.append(TextMessage(source="reasoner", content=earlier_reasoning, metadata=REASONING_METADATA))
-            _stop_if_cancelled(token)
-            slot = self._pool.acquire()
-            if slot.runtime is not None:
-                slot.runtime.start()
-            finish_reason: FinishReason = "stop"
-            reasoning: list[str] = []
-            async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
-                if isinstance(message, TextMessage) and message.metadata.get("duet") == "reasoning" and message.content:
-                    reasoning.append(message.content)
-                elif isinstance(message, HandoffMessage) and message.metadata.get("duet") == "failed":
-                    pass  # the agent already sent Failed; the team ended cleanly and can be reused
-                elif isinstance(message, HandoffMessage) and message.target == CLIENT:
-                    finish_reason = "tool_calls"
-                    await self._keep(message.context, "\n\n".join(reasoning) or earlier_reasoning)
-                elif isinstance(message, TextMessage) and "finish_reason" in message.metadata:
-                    finish_reason = message.metadata["finish_reason"]  # type: ignore[assignment]
-            run.emit(Finished(finish_reason=finish_reason))
-            clean = True
-        except asyncio.CancelledError as exc:
-            run.emit(Failed(message="the run was cancelled", error=exc))  # ends the stream of whoever still reads it
-            if not token.is_cancelled():
-                raise
-        except Exception as exc:  # an agent already reported its own failure; this covers the rest
-            run.emit(Failed(message=str(exc), error=exc))
-        finally:
-            if slot is not None:
-                if not clean:
-                    token.cancel()  # whatever of the run still goes on stops at its next await
-                await self._settle(slot, clean)
+        with bind_run(run):  # the team's runtime is started inside: its tasks inherit the binding
+            slot: TeamSlot | None = None
+            clean = False
+            try:
+                _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
+                conversation, earlier_reasoning = await self._restore(conversation)
+                task = task_messages(conversation, earlier_reasoning)
+                _stop_if_cancelled(token)
+                slot = self._pool.acquire()
+                if slot.runtime is not None:
+                    slot.runtime.start()
+                finish_reason: FinishReason = "stop"
+                reasoning: list[str] = []
+                async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
+                    reply = read_reply(message)
+                    if isinstance(reply, ReasoningReply):
+                        if reply.text:
+                            reasoning.append(reply.text)
+                    elif isinstance(reply, ClientHandoff):
+                        finish_reason = "tool_calls"
+                        await self._keep(reply.turn, "\n\n".join(reasoning) or earlier_reasoning)
+                    elif isinstance(reply, AnswerReply):
+                        finish_reason = reply.finish_reason
+                    # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
+                run.emit(Finished(finish_reason=finish_reason))
+                clean = True
+            except asyncio.CancelledError as exc:
+                run.emit(Failed(message="the run was cancelled", error=exc))  # ends the stream of whoever still reads it
+                if not token.is_cancelled():
+                    raise
+            except Exception as exc:  # an agent already reported its own failure; this covers the rest
+                run.emit(Failed(message=str(exc), error=exc))
+            finally:
+                if slot is not None:
+                    if not clean:
+                        token.cancel()  # whatever of the run still goes on stops at its next await
+                    await self._settle(slot, clean)
 
     def _key(self, call_id: str) -> str:
         return f"{self.name}:{call_id}"  # a pipeline only ever continues its own rounds
