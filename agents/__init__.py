@@ -3,6 +3,10 @@
 Public API:
 
 - :class:`Duet` — a pipeline ready to run (from settings or a team file); ``stream()`` yields events;
+  :class:`TeamFactory` makes every team it serves (shared model clients, the lean runtime);
+- the run binding: :class:`DuetRun` (a request's event sink, workbench and options), bound for a run by
+  :func:`bind_run`; :func:`current_run`; :func:`task_messages` (the task a team is handed; the driver↔agent
+  messages are built and read in :mod:`duet.agents.messages`);
 - :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components);
 - :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
 - :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
@@ -16,7 +20,7 @@ Public API:
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
 from .conversation import ConversationError, ImageURL, conversation_from_openai
-from .duet import Duet, DuetResult, DuetStream, load_team, load_team_config
+from .duet import Duet
 from .errors import (
     DuetError,
     TeamLoadError,
@@ -44,6 +48,7 @@ from .events import (
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient, OpenAICompatibleClientConfig
 from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME, task_messages
 from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig
+from .result import DuetResult
 from .run_context import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
 from .settings import (
     REASONER_MODEL_INFO,
@@ -53,7 +58,10 @@ from .settings import (
     ReasonerSettings,
     ReasoningOutput,
 )
+from .stream import DuetStream
 from .team import build_team, export_team
+from .team_factory import TeamFactory
+from .team_files import load_team, load_team_config
 
 __all__ = [
     "ANSWERER_NAME",
@@ -87,6 +95,7 @@ __all__ = [
     "ReasoningDelta",
     "ReasoningOutput",
     "RunNotBoundError",
+    "TeamFactory",
     "TeamLoadError",
     "ToolCall",
     "ToolCallsRequested",
