@@ -160,8 +160,9 @@ class Duet:
 
     def new_team(self) -> Team:
         """A fresh team of this pipeline, on its own embedded runtime: run it with AgentChat
-        directly (``await team.run(task=...)``) or dump it. Its agents share the pipeline's model
-        clients: close the pipeline, not the agents."""
+        directly (``await team.run(task=...)``) or dump it. Duet's own agents share the pipeline's
+        model clients: close the pipeline, not the agents (a team of another kind, loaded whole,
+        has clients of its own)."""
         return self._team_builder()
 
     def start(
@@ -180,8 +181,9 @@ class Duet:
         an OpenAI ``tools`` list (or :class:`ProxyTool` objects). The run binds the request
         (event sink, the request's workbench, the answer options) and runs a leased team on its
         runtime; cancelling ``cancellation_token`` or closing the stream stops it. The run keeps
-        pace with its reader: once :data:`~duet.agents.stream.MAX_BUFFERED_EVENTS` events wait unread, the agents stop
-        reading their models' streams until the reader catches up (or closes the stream). A token
+        pace with its reader: once :data:`~duet.agents.stream.MAX_BUFFERED_EVENTS` events wait
+        unread, the agents stop reading their models' streams until the reader catches up (or
+        closes the stream). A token
         cancelled before the run starts ends it at once with ``Failed``, before any model is called.
         """
         if messages and isinstance(messages[0], Mapping):
