@@ -15,7 +15,7 @@ Public API:
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
   :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union);
 - :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
-- errors: :class:`UpstreamError` and its subclasses.
+- errors: :class:`UpstreamError` and its subclasses, :class:`TeamLoadError`, :class:`RunNotBoundError`.
 """
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig
