@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from autogen_agentchat.base import Team, TerminationCondition
 from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig
+from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
 from autogen_core import AgentRuntime, ComponentModel
 from autogen_core.models import ChatCompletionClient
 
