@@ -3,6 +3,10 @@
 Public API:
 
 - :class:`Duet` — a pipeline ready to run (from settings or a team file); ``stream()`` yields events;
+  :class:`TeamFactory` makes every team it serves (shared model clients, the lean runtime);
+- the run binding: :class:`DuetRun` (a request's event sink, workbench and options), bound for a run by
+  :func:`bind_run`; :func:`current_run`; :func:`task_messages` (the task a team is handed; the driver↔agent
+  messages are built and read in :mod:`duet.agents.messages`);
 - :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components);
 - :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
 - :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
@@ -14,13 +18,13 @@ Public API:
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
   :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union);
 - :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
-- errors: :class:`UpstreamError` and its subclasses.
+- errors: :class:`UpstreamError` and its subclasses, :class:`TeamLoadError`, :class:`RunNotBoundError`.
 """
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig, AnswerAgentOptions
-from .base import CLIENT, DuetAgentOptions
+from .base import DuetAgentOptions
 from .conversation import ConversationError, ImageURL, conversation_from_openai
-from .duet import Duet, DuetResult, DuetStream, load_team, load_team_config
+from .duet import Duet
 from .errors import (
     DuetError,
     TeamLoadError,
@@ -46,8 +50,10 @@ from .events import (
     Usage,
 )
 from .model_client import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig
+from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME, task_messages
 from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig, ReasoningAgentOptions
-from .run_context import AnswerOptions, DuetRun, current_run
+from .result import DuetResult
+from .run_context import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
 from .settings import (
     REASONER_MODEL_INFO,
     AnswerSettings,
@@ -56,7 +62,10 @@ from .settings import (
     ReasonerSettings,
     ReasoningOutput,
 )
-from .team import ANSWERER_NAME, REASONER_NAME, build_team, export_team
+from .stream import DuetStream
+from .team import build_team, export_team
+from .team_factory import TeamFactory
+from .team_files import load_team, load_team_config
 from .thinking import ReasoningText
 
 __all__ = [
@@ -95,6 +104,8 @@ __all__ = [
     "ReasoningDelta",
     "ReasoningOutput",
     "ReasoningText",
+    "RunNotBoundError",
+    "TeamFactory",
     "TeamLoadError",
     "ToolCall",
     "ToolCallsRequested",
@@ -105,6 +116,7 @@ __all__ = [
     "UpstreamTimeout",
     "UpstreamUnreachable",
     "Usage",
+    "bind_run",
     "build_team",
     "export_team",
     "conversation_from_openai",
@@ -113,5 +125,6 @@ __all__ = [
     "load_team_config",
     "mask_secrets",
     "register_secrets",
+    "task_messages",
     "upstream_error_from_openai",
 ]

@@ -8,7 +8,7 @@ import logging
 from typing import Any, AsyncGenerator, Sequence
 
 from autogen_agentchat.base import Response
-from autogen_agentchat.messages import BaseChatMessage, HandoffMessage, TextMessage
+from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken, Component, FunctionCall
 from autogen_core.models import (
     AssistantMessage,
@@ -27,10 +27,11 @@ from typing_extensions import Self
 
 from duet.workbenches import DuetWorkbench
 
-from .base import CLIENT, DuetAgent, DuetAgentConfig, DuetAgentOptions, read_messages, agent_arguments
+from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments
 from .conversation import new_call_id, without_images
 from .model_client import add_usage, streaming_create_args
-from .events import ContentDelta, DuetEvent, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from .events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from .messages import answer_reply, client_handoff, read_task
 from .run_context import AnswerOptions, DuetRun
 from .thinking import ReasoningSplitter
 
@@ -41,7 +42,7 @@ REASONING_PREAMBLE = (
     "write your reply (and to decide on tool calls); do not repeat it verbatim.\n<reasoning>\n{reasoning}\n</reasoning>"
 )
 
-_FINISH_REASONS = {"stop": "stop", "length": "length", "content_filter": "content_filter"}
+_FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "content_filter": "content_filter"}
 _DEFAULT_OPTIONS = AnswerOptions()
 
 
@@ -115,7 +116,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
     async def _turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]:
-        conversation, reasoning = read_messages(messages)
+        conversation, reasoning = read_task(messages)
         workbench = self._workbench_for(run)
         options = run.options if run is not None else _DEFAULT_OPTIONS
         tools = await workbench.list_tools() if workbench is not None else []
@@ -206,24 +207,14 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 )
                 # The context is the turn the client will not see (service calls and their results,
                 # earlier service-only rounds): Duet keeps it for the follow-up with the client's results.
-                yield Response(
-                    chat_message=HandoffMessage(
-                        source=self.name,
-                        target=CLIENT,
-                        content=f"{self.name} asks the client to run {', '.join(c.name for c in client_calls)}.",
-                        context=turn,
-                        models_usage=total,
-                    )
-                )
+                yield Response(chat_message=client_handoff(self.name, client_calls, turn, total))
                 return
             history += turn[-2:]
             if tool_choice != "none":
                 tool_choice = "auto"  # 'required' or a named tool applies to the first round only
 
-    def _reply(self, text: str, finish_reason: str, usage: RequestUsage) -> Response:
-        return Response(
-            chat_message=TextMessage(content=text, source=self.name, metadata={"finish_reason": finish_reason}, models_usage=usage)
-        )
+    def _reply(self, text: str, finish_reason: FinishReason, usage: RequestUsage) -> Response:
+        return Response(chat_message=answer_reply(self.name, text, finish_reason, usage))
 
     @staticmethod
     def _client_tool(workbench: Workbench | None, name: str) -> Any:
@@ -276,5 +267,5 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         return AnswerAgentConfig(**self._base_config(), max_tool_rounds=self._max_tool_rounds)
 
     @classmethod
-    def _from_config(cls, config: AnswerAgentConfig) -> Self:
-        return cls(config.name, **agent_arguments(config), max_tool_rounds=config.max_tool_rounds)
+    def _from_config(cls, config: AnswerAgentConfig, model_client: ChatCompletionClient | None = None) -> Self:
+        return cls(config.name, **agent_arguments(config, model_client), max_tool_rounds=config.max_tool_rounds)

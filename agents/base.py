@@ -9,15 +9,8 @@ from typing import Any, AsyncGenerator, Sequence
 import openai
 from autogen_agentchat.agents import BaseChatAgent
 from autogen_agentchat.base import Response
-from autogen_agentchat.messages import (
-    BaseAgentEvent,
-    BaseChatMessage,
-    HandoffMessage,
-    ModelClientStreamingChunkEvent,
-    TextMessage,
-    ToolCallRequestEvent,
-)
-from autogen_core import CancellationToken, ComponentModel, FunctionCall
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, HandoffMessage, TextMessage
+from autogen_core import CancellationToken, ComponentModel
 from autogen_core.models import ChatCompletionClient, LLMMessage
 from autogen_core.tools import BaseTool, Workbench
 from pydantic import BaseModel, Field
@@ -25,19 +18,11 @@ from pydantic import BaseModel, Field
 from duet.workbenches import DuetWorkbench
 
 from .errors import DuetError, UpstreamError, upstream_error_from_openai
-from .events import ContentDelta, DuetEvent, Failed, ReasoningDelta, ToolCallsRequested
-from .run_context import DuetRun, current_run
+from .events import DuetEvent, Failed
+from .messages import as_agentchat_event, carries_task, failure_reply
+from .run_context import DuetRun, RunNotBoundError, current_run
 
 logger = logging.getLogger(__name__)
-
-CLIENT = "client"
-"""The pseudo-agent that stands for the HTTP client: conversations come from it, client tool calls go to it."""
-
-REASONING_METADATA = {"duet": "reasoning"}
-"""Marks the reasoning agent's message so the answer agent can tell reasoning from conversation."""
-
-FAILED_METADATA = {"duet": "failed"}
-"""Marks the handoff with which an agent ends a Duet run that failed (the failure went out as an event)."""
 
 
 class DuetAgentOptions(BaseModel):
@@ -58,11 +43,12 @@ class DuetAgentConfig(DuetAgentOptions):
     tools: list[ComponentModel] | None = Field(None, description="Tools as a flat list (AutoGen Studio shows these).")
 
 
-def agent_arguments(config: DuetAgentConfig) -> dict[str, Any]:
-    """The constructor arguments both agents' configs share: the model client, the description,
-    the system message, and the ``tools`` or ``workbench`` (each loaded once)."""
+def agent_arguments(config: DuetAgentConfig, model_client: ChatCompletionClient | None = None) -> dict[str, Any]:
+    """The constructor arguments both agents' configs share: the model client (``model_client``
+    instead of loading the config's, when a served pipeline shares one), the description, the
+    system message, and the ``tools`` or ``workbench`` (each loaded once)."""
     arguments: dict[str, Any] = {
-        "model_client": ChatCompletionClient.load_component(config.model_client),
+        "model_client": model_client or ChatCompletionClient.load_component(config.model_client),
         "description": config.description,
         "system_message": config.system_message,
     }
@@ -85,38 +71,6 @@ def workbench_from_config(config: DuetAgentConfig) -> Workbench | None:
 def estimate_tokens(messages: Sequence[LLMMessage]) -> int:
     """About four characters a token; used only when a model call was cut short by design."""
     return sum(len(str(message.content)) for message in messages) // 4
-
-
-def read_messages(messages: Sequence[BaseChatMessage]) -> tuple[list[LLMMessage], str]:
-    """The conversation and the reasoning in what the team delivered to an agent.
-
-    A Duet request arrives as a ``HandoffMessage`` from the client whose ``context`` is the whole
-    conversation; anything else (a task typed in AutoGen Studio, another agent's reply) is read
-    the way AgentChat agents read it.
-    """
-    conversation: list[LLMMessage] = []
-    reasoning: list[str] = []
-    for message in messages:
-        if isinstance(message, HandoffMessage) and message.source == CLIENT:
-            conversation.extend(message.context)
-        elif message.metadata.get("duet") == "reasoning":
-            if isinstance(message, TextMessage) and message.content:
-                reasoning.append(message.content)
-        else:
-            conversation.append(message.to_model_message())
-    return conversation, "\n\n".join(reasoning)
-
-
-def as_agentchat_event(event: DuetEvent, source: str) -> BaseAgentEvent | None:
-    """A Duet event as the stock AgentChat event a Studio run shows."""
-    if isinstance(event, ReasoningDelta):
-        return ModelClientStreamingChunkEvent(content=event.text, source=source, metadata=REASONING_METADATA)
-    if isinstance(event, ContentDelta):
-        return ModelClientStreamingChunkEvent(content=event.text, source=source)
-    if isinstance(event, ToolCallsRequested):
-        calls = [FunctionCall(id=call.id, name=call.name, arguments=call.arguments) for call in event.calls]
-        return ToolCallRequestEvent(content=calls, source=source)
-    return None
 
 
 class DuetAgent(BaseChatAgent):
@@ -167,6 +121,11 @@ class DuetAgent(BaseChatAgent):
         self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken
     ) -> AsyncGenerator[BaseAgentEvent | BaseChatMessage | Response, None]:
         run = current_run()
+        if run is None and carries_task(messages):
+            raise RunNotBoundError(
+                f"{self.name} was handed a Duet task (the conversation in a handoff from the client) but no run is bound: "
+                "run the team inside `with bind_run(run):` (Duet.start does), or give it a plain task"
+            )
         try:
             async for item in self._turn(messages, run, cancellation_token):
                 if isinstance(item, Response):
@@ -196,9 +155,7 @@ class DuetAgent(BaseChatAgent):
             else:
                 logger.exception("%s failed in request %s", self.name, run.request_id)
             run.emit(Failed(message=str(error), error=error))
-            yield Response(
-                chat_message=HandoffMessage(source=self.name, target=CLIENT, content=f"{self.name} failed: {error}", metadata=FAILED_METADATA)
-            )
+            yield Response(chat_message=failure_reply(self.name, error))
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to reset: every turn gets the whole conversation."""

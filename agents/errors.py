@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
+from .messages import ANSWERER_NAME, REASONER_NAME
+
 MIN_SECRET_LENGTH = 6
 """Shorter values are not masked (masking "1" or "abc" everywhere would garble every message)."""
 
@@ -77,8 +79,6 @@ class UpstreamError(DuetError):
 
     def at_stage(self, agent_name: str) -> "UpstreamError":
         """Names the stage after the agent whose model failed ("reasoning model", "answer model")."""
-        from .team import ANSWERER_NAME, REASONER_NAME  # the team imports the agents, which import this module
-
         self.stage = {REASONER_NAME: "reasoning model", ANSWERER_NAME: "answer model"}.get(agent_name, f"{agent_name}'s model")
         return self
 

@@ -7,16 +7,17 @@ import json
 from typing import Any, AsyncGenerator, Sequence
 
 from autogen_agentchat.base import Response
-from autogen_agentchat.messages import BaseChatMessage, TextMessage
+from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken, Component
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, RequestUsage, SystemMessage
 from autogen_core.tools import BaseTool, ToolSchema, Workbench
 from pydantic import Field
 from typing_extensions import Self
 
-from .base import REASONING_METADATA, DuetAgent, DuetAgentConfig, DuetAgentOptions, estimate_tokens, read_messages, agent_arguments
+from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
+from .messages import read_task, reasoning_reply
 from .model_client import streaming_create_args
 from .run_context import DuetRun
 from .thinking import ReasoningSplitter
@@ -92,8 +93,8 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
 
     The model gets the conversation as a plain transcript (tool calls and results written out, which
     reasoning models without tool support accept) and a description of the workbench's tools. It
-    never calls tools. Its reply is a ``TextMessage`` marked as reasoning, which the answer agent
-    reads.
+    never calls tools. Its reply is a ``TextMessage`` marked as reasoning (see
+    :mod:`duet.agents.messages`), which the answer agent reads.
 
     Args:
         reason_on_tool_results: think again on rounds that only bring tool results (off: those
@@ -150,9 +151,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
     async def _turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]:
-        conversation, _ = read_messages(messages)
+        conversation, _ = read_task(messages)
         if not self._reason_on_tool_results and ends_with_tool_results(conversation):
-            yield Response(chat_message=TextMessage(content="", source=self.name, metadata=REASONING_METADATA))
+            yield Response(chat_message=reasoning_reply(self.name, ""))
             return
         workbench = self._workbench_for(run)
         tools = await workbench.list_tools() if workbench is not None else []
@@ -222,11 +223,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         else:
             usage = RequestUsage(prompt_tokens=estimate_tokens(prompt), completion_tokens=len(parts))
         yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
-        yield Response(
-            chat_message=TextMessage(
-                content="".join(parts).strip(), source=self.name, metadata=REASONING_METADATA, models_usage=usage
-            )
-        )
+        yield Response(chat_message=reasoning_reply(self.name, "".join(parts).strip(), usage))
 
     def _to_config(self) -> ReasoningAgentConfig:
         return ReasoningAgentConfig(
@@ -238,10 +235,10 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         )
 
     @classmethod
-    def _from_config(cls, config: ReasoningAgentConfig) -> Self:
+    def _from_config(cls, config: ReasoningAgentConfig, model_client: ChatCompletionClient | None = None) -> Self:
         return cls(
             config.name,
-            **agent_arguments(config),
+            **agent_arguments(config, model_client),
             reason_on_tool_results=config.reason_on_tool_results,
             stop_after_thinking=config.stop_after_thinking,
             max_reasoning_chars=config.max_reasoning_chars,

@@ -1,23 +1,29 @@
-"""What one request hands the agents besides the conversation.
+"""What one request hands the agents besides the conversation: the run binding.
 
-The conversation travels inside the team's messages (a ``HandoffMessage`` from the client whose
-``context`` is the conversation). Three things cannot travel that way and are bound to the
-request instead, through a context variable that the team's runtime inherits: where the agents
-put their events, the request's workbench (client tools beside service tools), and the answer
-model's options. Outside a request (AutoGen Studio, a plain ``team.run()``) nothing is bound and
-the agents behave like any AgentChat agent: they yield their events and use their own workbench.
+The conversation travels inside the team's messages (:mod:`duet.agents.messages`). Three things
+cannot travel that way and are bound to the request instead, in one context variable set for the
+duration of a run by :func:`bind_run`: where the agents put their events, the request's workbench
+(client tools beside service tools, and the request service tools are told about), and the answer
+model's options. The team's runtime is started inside the binding, so its tasks inherit it.
+
+Outside a request (AutoGen Studio, a plain ``team.run(task="...")``) nothing is bound and the
+agents behave like any AgentChat agent: they yield their events and use their own workbench. An
+agent handed a Duet task with nothing bound raises :class:`RunNotBoundError`: its events would go
+nowhere.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
-from duet.workbenches import DuetWorkbench
+from duet.workbenches import DuetWorkbench, RequestContext
 
+from .errors import DuetError
 from .events import DuetEvent
 
 
@@ -46,15 +52,23 @@ class DuetRun:
     once the reader has fallen a bounded number of events behind. An agent that gets False awaits
     ``room()`` before it reads on from its model, so a client that stops reading stops the model
     calls' reads too (backpressure), and the events waiting for a reader stay bounded.
+    ``request`` is the request the workbench hands its service tools (the same object).
     """
 
     emit: Callable[[DuetEvent], bool]
     workbench: DuetWorkbench
     room: Callable[[], Awaitable[None]] = _never_full
     options: AnswerOptions = field(default_factory=AnswerOptions)
-    request_id: str = ""
-    user: str | None = None
-    pipeline: str = ""
+    request: RequestContext = field(default_factory=RequestContext)
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+
+class RunNotBoundError(DuetError):
+    """An agent was handed a Duet task (the conversation in a handoff from the client) while no
+    run is bound: its events and the client's tools would have nowhere to go."""
 
 
 _current_run: ContextVar[DuetRun | None] = ContextVar("duet_run", default=None)
@@ -65,6 +79,20 @@ def current_run() -> DuetRun | None:
     return _current_run.get()
 
 
-def bind_run(run: DuetRun) -> None:
-    """Binds ``run`` to the calling task's context (and the tasks it creates from now on)."""
-    _current_run.set(run)
+@contextmanager
+def bind_run(run: DuetRun) -> Iterator[DuetRun]:
+    """Binds ``run`` for the ``with`` block: to the calling task, and to every task created inside
+    the block (start the team's runtime inside it). Unbound when the block ends, however it ends.
+
+    >>> from duet.workbenches import DuetWorkbench
+    >>> with bind_run(DuetRun(emit=lambda event: True, workbench=DuetWorkbench([]))) as run:
+    ...     current_run() is run
+    True
+    >>> current_run() is None
+    True
+    """
+    token = _current_run.set(run)
+    try:
+        yield run
+    finally:
+        _current_run.reset(token)

@@ -13,13 +13,10 @@ from autogen_core.tools import BaseTool, Workbench
 from duet.workbenches import DuetWorkbench, ProxyTool
 
 from .answer_agent import AnswerAgent
-from .base import CLIENT
-from .reasoning_agent import ReasoningAgent
+from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME
 from .model_client import ANSWER_MODEL_INFO
+from .reasoning_agent import ReasoningAgent
 from .settings import REASONER_MODEL_INFO, ModelSettings, PipelineSettings
-
-REASONER_NAME = "reasoner"
-ANSWERER_NAME = "answerer"
 
 
 def build_team(

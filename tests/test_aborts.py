@@ -13,7 +13,7 @@ import yaml
 from autogen_core import CancellationToken
 
 from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings
-from duet.agents.duet import TeamSlot
+from duet.agents.pool import TeamSlot
 from duet.agents.model_client import ANSWER_MODEL_INFO
 from duet.agents.runtime import LeanAgentRuntime
 from duet.agents.settings import REASONER_MODEL_INFO

@@ -31,7 +31,7 @@ KEY = "leak-key"
 
 # Objects that belong to one request; none may survive it (a few pooled, idle teams aside).
 REQUEST_TYPES = (
-    "DuetRun", "DuetStream", "_EventSource", "_EventChannel", "CancellationToken", "HandoffMessage", "TextMessage",
+    "DuetRun", "DuetStream", "_EventSource", "EventChannel", "CancellationToken", "HandoffMessage", "TextMessage",
     "UserMessage", "SystemMessage", "DuetWorkbench", "ProxyTool", "RoundRobinGroupChat", "LeanAgentRuntime",
     "ReasoningAgent", "AnswerAgent", "ClientResponse", "StreamReader", "Task", "Failed",
 )

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest

@@ -236,17 +236,8 @@ def test_any_run_tells_one_story(deltas: list[DuetEvent], ending: list[DuetEvent
             assert delta.get("content") != "" and delta.get("reasoning_content") != "", delta
 
 
-# The agents never send an empty delta (the renderer drops them; DuetResult.of reads them its own way).
-SOME_TEXT = TEXT.filter(bool)
-SOME_DELTA = st.one_of(
-    st.builds(ReasoningDelta, text=SOME_TEXT, source=st.sampled_from([REASONER, ANSWERER])),
-    st.builds(ContentDelta, text=SOME_TEXT),
-    st.builds(Usage, source=st.just(ANSWERER), prompt_tokens=st.integers(0, 500), completion_tokens=st.integers(0, 500)),
-)
-
-
 @settings(max_examples=200, deadline=None)
-@given(st.lists(SOME_DELTA, max_size=14), ENDING.filter(lambda ending: not isinstance(ending[-1], Failed)))
+@given(st.lists(DELTA, max_size=14), ENDING.filter(lambda ending: not isinstance(ending[-1], Failed)))
 def test_the_body_says_what_the_python_api_collects(deltas: list[DuetEvent], ending: list[DuetEvent]) -> None:
     """``DuetResult`` (the Python API's collected run) and the HTTP body read the events alike."""
     events = deltas + ending

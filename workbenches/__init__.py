@@ -8,10 +8,11 @@ Public API:
 - service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import path),
   :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpServiceTool` / :class:`HttpToolSettings` (HTTP endpoints),
   :class:`ServiceTools` and :class:`ToolsSettings` (a pipeline's set, from the YAML);
-- :class:`RequestContext` — what a service tool's ``_context`` parameter receives.
+- :class:`RequestContext` — what a service tool's ``_context`` parameter receives (the request's workbench
+  hands it to the tool).
 """
 
-from .context import RequestContext, bind_request, current_request
+from .context import RequestContext
 from .duet_workbench import DuetWorkbench, DuetWorkbenchConfig
 from .functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
 from .http_tools import HttpServiceTool, HttpToolSettings
@@ -39,8 +40,6 @@ __all__ = [
     "RequestContext",
     "ServiceTools",
     "ToolsSettings",
-    "bind_request",
-    "current_request",
     "function_tools",
     "model_safe_name",
     "proxy_tools_from_openai",

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any, Sequence
+from typing import Any, AsyncGenerator, Mapping, Sequence
 
-from autogen_core import Component, ComponentModel
-from autogen_core.tools import BaseTool, StaticStreamWorkbench
+from autogen_core import CancellationToken, Component, ComponentModel
+from autogen_core.tools import BaseTool, StaticStreamWorkbench, TextResultContent, ToolResult
 from pydantic import BaseModel
 from typing_extensions import Self
 
+from .context import RequestContext
+from .functions import PythonFunctionTool
 from .proxy_tool import ProxyTool
 
 logger = logging.getLogger(__name__)
@@ -26,6 +29,10 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
     agent asks :meth:`client_tool` to decide whether a call goes back to the client or runs here.
     A client tool shadows a service tool of the same name (the client asked for its own tool).
 
+    A request's workbench (:meth:`for_request`) holds the request and hands it to each Python
+    function tool it calls (its ``_context`` parameter); any other workbench's tools get an empty
+    :class:`RequestContext`.
+
     >>> wb = DuetWorkbench([ProxyTool("lookup", parameters={"type": "object"})])
     >>> wb.client_tool("lookup").client_name
     'lookup'
@@ -34,7 +41,7 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
     component_provider_override = "duet.workbenches.DuetWorkbench"
     component_config_schema = DuetWorkbenchConfig  # type: ignore[assignment]
 
-    def __init__(self, tools: Sequence[BaseTool[Any, Any]]) -> None:
+    def __init__(self, tools: Sequence[BaseTool[Any, Any]], *, request: RequestContext | None = None) -> None:
         client_names = {tool.name for tool in tools if isinstance(tool, ProxyTool)}
         kept: list[BaseTool[Any, Any]] = []
         for tool in tools:
@@ -47,11 +54,23 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
         # Models sometimes call a tool by the client's original name instead of its alias.
         for tool in list(self._client_tools.values()):
             self._client_tools.setdefault(tool.client_name, tool)
+        self._request = request
+        self._takes_request = (
+            {tool.name: tool for tool in kept if isinstance(tool, PythonFunctionTool) and tool.takes_request} if request else {}
+        )
 
     @classmethod
-    def for_request(cls, service_tools: Sequence[BaseTool[Any, Any]], client_tools: Sequence[ProxyTool]) -> "DuetWorkbench":
-        """One request's workbench: the client's tools first, then the service's own."""
-        return cls([*client_tools, *service_tools])
+    def for_request(
+        cls, service_tools: Sequence[BaseTool[Any, Any]], client_tools: Sequence[ProxyTool], *, request: RequestContext | None = None
+    ) -> "DuetWorkbench":
+        """One request's workbench: the client's tools first, then the service's own; ``request`` is
+        what its service tools are told about the request."""
+        return cls([*client_tools, *service_tools], request=request)
+
+    @property
+    def request(self) -> RequestContext | None:
+        """The request this workbench serves (``None`` outside a request)."""
+        return self._request
 
     @property
     def tools(self) -> Sequence[BaseTool[Any, Any]]:
@@ -64,6 +83,50 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
     def client_tool(self, name: str) -> ProxyTool | None:
         """The client tool the model calls ``name`` (its alias or the client's own name), if it is one."""
         return self._client_tools.get(name)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        cancellation_token: CancellationToken | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        tool = self._takes_request.get(name)
+        if tool is None:
+            return await super().call_tool(name, arguments, cancellation_token, call_id)
+        return await self._call_with_request(tool, arguments, cancellation_token, call_id)
+
+    async def call_tool_stream(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        cancellation_token: CancellationToken | None = None,
+        call_id: str | None = None,
+    ) -> AsyncGenerator[Any | ToolResult, None]:
+        tool = self._takes_request.get(name)
+        if tool is None:
+            async for item in super().call_tool_stream(name, arguments, cancellation_token, call_id):
+                yield item
+            return
+        yield await self._call_with_request(tool, arguments, cancellation_token, call_id)
+
+    async def _call_with_request(
+        self,
+        tool: PythonFunctionTool,
+        arguments: Mapping[str, Any] | None,
+        cancellation_token: CancellationToken | None,
+        call_id: str | None,
+    ) -> ToolResult:
+        """Calls ``tool`` with this workbench's request, as ``StaticWorkbench.call_tool`` calls any
+        tool: cancellable by the token, a raised error as an error result."""
+        token = cancellation_token or CancellationToken()
+        try:
+            future = asyncio.ensure_future(tool.run_json(arguments or {}, token, call_id, request=self._request))
+            token.link_future(future)
+            text, is_error = tool.return_value_as_string(await future), False
+        except Exception as exc:
+            text, is_error = self._format_errors(exc), True
+        return ToolResult(name=tool.name, result=[TextResultContent(content=text)], is_error=is_error)
 
     def _to_config(self) -> DuetWorkbenchConfig:  # type: ignore[override]
         return DuetWorkbenchConfig(tools=[tool.dump_component() for tool in self._tools])

@@ -16,7 +16,8 @@ Mark functions with :func:`service_tool` and name them by import path
 
 The schema the model sees comes from the type hints, the ``Annotated`` descriptions and the
 docstring. Parameters starting with ``_`` are hidden from the model; one named ``_context``
-receives the :class:`RequestContext`. Sync functions run in a worker thread, so they never block
+receives the :class:`RequestContext` (the request's workbench passes it with the call; called
+outside a request, the tool gets an empty one). Sync functions run in a worker thread, so they never block
 the event loop. A tool that raises, or runs past its timeout, returns an error the model reads;
 the request goes on.
 """
@@ -29,23 +30,26 @@ import functools
 import importlib
 import inspect
 import json
+import logging
 import typing
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from autogen_core import CancellationToken, Component
+from autogen_core import EVENT_LOGGER_NAME, CancellationToken, Component, trace_tool_span
+from autogen_core.logging import ToolCallEvent
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from typing_extensions import Self
 
-from .context import current_request
+from .context import RequestContext
 
 DEFAULT_TIMEOUT = 60.0
 
 # Sync tools run here, not in the event loop's default executor: a tool that overruns its timeout
 # keeps its thread until it returns (Python cannot stop a thread), and must not starve other work.
 _TOOL_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duet-tool")
+_event_logger = logging.getLogger(EVENT_LOGGER_NAME)
 
 
 @dataclass(frozen=True)
@@ -150,13 +154,40 @@ class PythonFunctionTool(BaseTool[BaseModel, Any], Component[PythonFunctionToolC
     def timeout(self) -> float:
         return self._timeout
 
+    @property
+    def takes_request(self) -> bool:
+        """The function has a ``_context`` parameter: a request's workbench passes the request to :meth:`run_json`."""
+        return self._wants_context
+
     async def run(self, args: BaseModel, cancellation_token: CancellationToken) -> Any:
+        """Runs the function outside a request (``_context`` gets an empty :class:`RequestContext`)."""
+        return await self._call(args, cancellation_token, None)
+
+    async def run_json(
+        self,
+        args: Mapping[str, Any],
+        cancellation_token: CancellationToken,
+        call_id: str | None = None,
+        *,
+        request: RequestContext | None = None,
+    ) -> Any:
+        """As ``BaseTool.run_json`` (a traced span, the tool-call event logged); ``request`` is what
+        the function's ``_context`` gets."""
+        if request is None:
+            return await super().run_json(args, cancellation_token, call_id)
+        with trace_tool_span(tool_name=self.name, tool_description=self.description, tool_call_id=call_id):
+            value = await self._call(self.args_type().model_validate(args), cancellation_token, request)
+        if _event_logger.isEnabledFor(logging.INFO):
+            _event_logger.info(ToolCallEvent(tool_name=self.name, arguments=dict(args), result=self.return_value_as_string(value)))
+        return value
+
+    async def _call(self, args: BaseModel, cancellation_token: CancellationToken, request: RequestContext | None) -> Any:
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}  # nested models stay models
         if self._wants_context:
-            kwargs["_context"] = current_request()
+            kwargs["_context"] = request if request is not None else RequestContext()
         if self._is_async:
             call = self._function(**kwargs)
-        else:  # sync code runs in a worker thread, never on the event loop
+        else:  # sync code runs in a worker thread, never on the event loop (with the caller's context variables)
             loop = asyncio.get_running_loop()
             call = loop.run_in_executor(_TOOL_THREADS, contextvars.copy_context().run, functools.partial(self._function, **kwargs))
         try:

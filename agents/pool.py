@@ -1,0 +1,55 @@
+"""Idle teams of one pipeline, kept for reuse between runs."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable
+
+from autogen_agentchat.base import Team
+from autogen_core import SingleThreadedAgentRuntime
+
+
+@dataclass(eq=False)
+class TeamSlot:
+    """A team and, unless it embeds its own, the runtime it runs on (started for each run).
+    ``owns_agents``: the team's agents (and their model clients) were made for it alone, as when
+    a team that is not Duet's own is loaded whole, and close with it; otherwise the agents share
+    the pipeline's model clients, which the pipeline closes."""
+
+    team: Team
+    runtime: SingleThreadedAgentRuntime | None = None
+    owns_agents: bool = False
+
+    async def close(self) -> None:
+        if self.owns_agents:
+            # BaseGroupChat has no public accessor for its participants (AutoGen Studio reads it too).
+            for agent in getattr(self.team, "_participants", []):
+                with contextlib.suppress(Exception):
+                    await agent.close()
+
+
+class TeamPool:
+    """Idle teams of one pipeline. AgentChat teams hold per-run state and refuse concurrent runs,
+    so each request leases its own; a team that finished cleanly is reset and reused, which keeps
+    its agents and their registrations on its runtime alive. At most ``max_idle`` wait; a team
+    released beyond that is the caller's to close."""
+
+    def __init__(self, factory: Callable[[], TeamSlot], max_idle: int = 64) -> None:
+        self._factory = factory
+        self._idle: list[TeamSlot] = []
+        self._max_idle = max_idle
+
+    def acquire(self) -> TeamSlot:
+        return self._idle.pop() if self._idle else self._factory()
+
+    def release(self, slot: TeamSlot) -> bool:
+        """Keeps ``slot`` for reuse; False when the pool is full (the caller closes it)."""
+        if len(self._idle) >= self._max_idle:
+            return False
+        self._idle.append(slot)
+        return True
+
+    def drain(self) -> list[TeamSlot]:
+        idle, self._idle = self._idle, []
+        return idle

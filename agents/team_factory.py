@@ -1,0 +1,145 @@
+"""The one way a served pipeline's teams are made, from settings or from a team file."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autogen_agentchat.base import Team, TerminationCondition
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
+from autogen_core import AgentRuntime, ComponentModel
+from autogen_core.models import ChatCompletionClient
+
+from .answer_agent import AnswerAgent
+from .base import DuetAgent, DuetAgentConfig
+from .errors import TeamLoadError
+from .model_client import ANSWER_MODEL_INFO
+from .pool import TeamSlot
+from .reasoning_agent import ReasoningAgent
+from .runtime import LeanAgentRuntime
+from .settings import REASONER_MODEL_INFO, PipelineSettings
+from .team import ANSWERER_NAME, REASONER_NAME, build_team
+from .team_files import diagnose, load_team
+
+_DUET_AGENTS: dict[str, type[DuetAgent]] = {
+    spelling: agent
+    for agent in (ReasoningAgent, AnswerAgent)
+    for spelling in (agent.component_provider_override, f"{agent.__module__}.{agent.__qualname__}")
+}
+_DUET_TEAMS = (RoundRobinGroupChat.component_provider_override, f"{RoundRobinGroupChat.__module__}.{RoundRobinGroupChat.__qualname__}")
+
+
+def _provider_class(component: ComponentModel) -> type[DuetAgent] | None:
+    agent = _DUET_AGENTS.get(component.provider)
+    if agent is None or component.component_version not in (None, agent.component_version):
+        return None
+    return agent
+
+
+class TeamFactory:
+    """Makes the teams of one served pipeline from its team component: the team of a team file, or
+    the component a pipeline's settings describe (:meth:`from_settings`).
+
+    A ``RoundRobinGroupChat`` of Duet's own agents (what :func:`~duet.agents.build_team` and
+    :func:`~duet.agents.export_team` make, and what AutoGen Studio keeps when it edits such a file)
+    is made fast: each participant's model client is created once, here, and shared by every team;
+    each call makes Duet's agents from their configs with those clients, in a new
+    ``RoundRobinGroupChat`` on a :class:`~duet.agents.runtime.LeanAgentRuntime` of its own (started
+    for each run). The shared clients are closed by whoever owns the factory (:meth:`Duet.close`),
+    never by a team.
+
+    Any other team (another team type, or a participant that is not one of Duet's agents, such as
+    an ``AssistantAgent`` added in AutoGen Studio) is loaded whole from the component for every
+    team, on AgentChat's embedded runtime, with model clients of its own.
+
+    Everything is loaded once when the factory is made, so a broken component fails here, with an
+    error naming the provider that broke (:class:`~duet.agents.TeamLoadError`).
+    """
+
+    def __init__(
+        self,
+        config: ComponentModel,
+        model_clients: Mapping[str, ChatCompletionClient] | None = None,
+        *,
+        origin: str = "component",
+    ) -> None:
+        """``model_clients``: the clients of participants by name, already made (a settings
+        pipeline's); a participant not named gets the client its config describes, loaded once."""
+        self._config = config
+        self._origin = origin
+        self._spare: list[TeamSlot] = []  # the team made to check the component, handed out first
+        self._team: RoundRobinGroupChatConfig | None = None
+        self._agents: list[tuple[type[DuetAgent], DuetAgentConfig, ChatCompletionClient]] = []
+        try:
+            self._prepare(model_clients or {})
+            if self._team is None:
+                self._spare.append(TeamSlot(load_team(config, origin), owns_agents=True))
+            else:
+                self._spare.append(self())
+        except TeamLoadError:
+            raise
+        except Exception as exc:
+            raise TeamLoadError(f"cannot load team {origin}: {diagnose(config, exc)}") from exc
+
+    @classmethod
+    def from_settings(cls, settings: PipelineSettings) -> "TeamFactory":
+        """The factory of a settings pipeline: its model clients are made here, once."""
+        answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
+        reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO) if settings.reasoner else None
+        config = build_team(settings, answer_client, reasoner_client).dump_component()
+        clients = {ANSWERER_NAME: answer_client} | ({REASONER_NAME: reasoner_client} if reasoner_client else {})
+        return cls(config, clients, origin=f"of pipeline '{settings.name}'")
+
+    def _prepare(self, given: Mapping[str, ChatCompletionClient]) -> None:
+        """Reads Duet's team type and agents from the component and creates their clients; leaves
+        ``_team`` unset for any other team."""
+        if self._config.provider not in _DUET_TEAMS:
+            return
+        team = RoundRobinGroupChatConfig.model_validate(self._config.config)
+        kinds = [_provider_class(participant) for participant in team.participants]
+        if any(kind is None for kind in kinds):
+            return
+        for kind, participant in zip(kinds, team.participants, strict=True):
+            assert kind is not None
+            config: DuetAgentConfig = kind.component_config_schema.model_validate(participant.config)  # type: ignore[attr-defined]
+            client = given.get(config.name) or ChatCompletionClient.load_component(config.model_client)
+            self._agents.append((kind, config, client))
+        self._team = team
+
+    def __call__(self) -> TeamSlot:
+        """A team for the pool (on its own runtime, unless the team embeds one)."""
+        if self._spare:
+            return self._spare.pop()
+        if self._team is None:
+            return TeamSlot(Team.load_component(self._config), owns_agents=True)
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        return TeamSlot(self._build(runtime), runtime)
+
+    def standalone(self) -> Team:
+        """A team on an embedded runtime, to run with AgentChat directly or to dump; a Duet team
+        shares the factory's model clients."""
+        return Team.load_component(self._config) if self._team is None else self._build(None)
+
+    @property
+    def model_clients(self) -> list[ChatCompletionClient]:
+        """The shared model clients (none for a team loaded whole: its teams own theirs)."""
+        unique: dict[int, ChatCompletionClient] = {}
+        for _, _, client in self._agents:
+            unique.setdefault(id(client), client)
+        return list(unique.values())
+
+    def _build(self, runtime: AgentRuntime | None) -> RoundRobinGroupChat:
+        """As ``RoundRobinGroupChat._from_config``, with the shared clients and ``runtime``."""
+        team = self._team
+        assert team is not None
+        participants: list[Any] = [kind._from_config(config, client) for kind, config, client in self._agents]  # type: ignore[attr-defined]
+        termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
+        return RoundRobinGroupChat(
+            participants,
+            name=team.name,
+            description=team.description,
+            termination_condition=termination,
+            max_turns=team.max_turns,
+            emit_team_events=team.emit_team_events,
+            runtime=runtime,
+        )

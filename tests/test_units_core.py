@@ -1,0 +1,469 @@
+"""The pure parts of the core, tested directly (no HTTP): the driver<->agent messages, the run
+binding, the request a service tool is told about, conversation conversion, splicing a tool round
+back, the team pool and the team factory. Real objects throughout; the model clients are
+AutoGen's own ``ReplayChatCompletionClient`` (canned answers, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.base import TaskResult
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.messages import (
+    HandoffMessage,
+    ModelClientStreamingChunkEvent,
+    StopMessage,
+    TextMessage,
+    ToolCallRequestEvent,
+)
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core import CancellationToken, ComponentModel, FunctionCall
+from autogen_core.models import (
+    AssistantMessage,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
+from autogen_ext.models.replay import ReplayChatCompletionClient
+
+from duet.agents import (
+    ANSWERER_NAME,
+    CLIENT,
+    REASONER_NAME,
+    AnswerSettings,
+    ContentDelta,
+    ConversationError,
+    DuetRun,
+    ImageURL,
+    PipelineSettings,
+    ReasonerSettings,
+    ReasoningDelta,
+    TeamFactory,
+    TeamLoadError,
+    ToolCall,
+    ToolCallsRequested,
+    Usage,
+    bind_run,
+    build_team,
+    conversation_from_openai,
+    current_run,
+    task_messages,
+)
+from duet.agents.continuations import Continuation, splice, tool_rounds
+from duet.agents.conversation import DUET_CALL_ID, MISSING_RESULT, ends_with_tool_results, last_user_text
+from duet.agents.messages import (
+    AnswerReply,
+    ClientHandoff,
+    FailureReply,
+    ReasoningReply,
+    answer_reply,
+    as_agentchat_event,
+    carries_task,
+    client_handoff,
+    failure_reply,
+    read_reply,
+    read_task,
+    reasoning_reply,
+)
+from duet.agents.pool import TeamPool, TeamSlot
+from duet.agents.runtime import LeanAgentRuntime
+from duet.workbenches import DuetWorkbench, ProxyTool, PythonFunctionTool, RequestContext, model_safe_name
+
+CONVERSATION = [
+    SystemMessage(content="Be brief."),
+    UserMessage(content="Weather in Paris?", source="user"),
+]
+
+
+def calls(*names: str) -> list[FunctionCall]:
+    return [FunctionCall(id=f"call_{name}", name=name, arguments="{}") for name in names]
+
+
+def results(*names: str, content: str = "ok") -> FunctionExecutionResultMessage:
+    return FunctionExecutionResultMessage(
+        content=[FunctionExecutionResult(call_id=f"call_{name}", name=name, content=f"{content} {name}") for name in names]
+    )
+
+
+# -- the messages ----------------------------------------------------------------------------------
+
+
+def test_task_is_read_back_with_its_reasoning() -> None:
+    task = task_messages(list(CONVERSATION), earlier_reasoning="Look it up.")
+    assert carries_task(task) and read_task(task) == (CONVERSATION, "Look it up.")
+    handoff = task[0]
+    assert isinstance(handoff, HandoffMessage) and handoff.source == CLIENT and handoff.content == "Weather in Paris?"
+    # A reasoner's reply that follows is reasoning too (the answer agent's view), never conversation.
+    assert read_task([*task, reasoning_reply(REASONER_NAME, "Call the tool.")]) == (CONVERSATION, "Look it up.\n\nCall the tool.")
+    assert len(task_messages(list(CONVERSATION))) == 1  # no earlier reasoning: the handoff alone
+    tools_only = [*CONVERSATION, AssistantMessage(content=calls("f"), source="assistant"), results("f")]
+    assert task_messages(tools_only)[0].content == "Weather in Paris?"  # the last user text names the task
+    assert task_messages([results("f")])[0].content == "(continue)"
+
+
+def test_every_reply_is_read_back_by_the_driver() -> None:
+    usage = RequestUsage(prompt_tokens=3, completion_tokens=4)
+    turn = [AssistantMessage(content=calls("lookup", "notify"), source=ANSWERER_NAME), results("lookup")]
+    assert read_reply(reasoning_reply(REASONER_NAME, "plan", usage)) == ReasoningReply("plan")
+    assert read_reply(reasoning_reply(REASONER_NAME, "")) == ReasoningReply("")
+    for reason in ("stop", "length", "content_filter"):
+        assert read_reply(answer_reply(ANSWERER_NAME, "Sunny.", reason, usage)) == AnswerReply("Sunny.", reason)  # type: ignore[arg-type]
+    handoff = client_handoff(ANSWERER_NAME, calls("notify"), turn, usage)
+    reply = read_reply(handoff)
+    assert isinstance(reply, ClientHandoff) and reply.turn is turn  # the hidden turn, not a copy
+    assert handoff.target == CLIENT and handoff.models_usage == usage and "notify" in handoff.content
+    failure = failure_reply(REASONER_NAME, RuntimeError("model down"))
+    assert read_reply(failure) == FailureReply("reasoner failed: model down")
+    assert failure.target == CLIENT  # a handoff to the client: what ends every Duet team
+
+
+def test_built_messages_are_valid_agentchat_messages() -> None:
+    """What AutoGen Studio stores and shows: each message survives its own JSON round trip
+    (including those built with ``model_construct``) and reads back the same."""
+    usage = RequestUsage(prompt_tokens=1, completion_tokens=2)
+    built = [
+        *task_messages(list(CONVERSATION), "earlier"),
+        reasoning_reply(REASONER_NAME, "plan", usage),
+        answer_reply(ANSWERER_NAME, "Sunny.", "stop", usage),
+        client_handoff(ANSWERER_NAME, calls("notify"), [AssistantMessage(content=calls("notify"), source=ANSWERER_NAME), results()], usage),
+        failure_reply(ANSWERER_NAME, ValueError("bad")),
+    ]
+    for message in built:
+        again = type(message).model_validate_json(message.model_dump_json())
+        assert again.model_dump() == message.model_dump()
+        assert read_reply(again) == read_reply(message)
+    assert read_task(built[:2]) == (CONVERSATION, "earlier")
+
+
+def test_messages_from_outside_duet_are_read_the_agentchat_way() -> None:
+    typed = TextMessage(source="user", content="What is Duet?")
+    other_agent = TextMessage(source="critic", content="Be precise.")
+    assert not carries_task([typed, other_agent])
+    conversation, reasoning = read_task([typed, other_agent])
+    assert reasoning == "" and [(m.content, m.source) for m in conversation] == [("What is Duet?", "user"), ("Be precise.", "critic")]
+    # Not Duet's replies: the driver ignores them...
+    for message in (typed, StopMessage(source="x", content="stop"), TaskResult(messages=[]),
+                    ModelClientStreamingChunkEvent(source="answerer", content="piece")):
+        assert read_reply(message) is None
+    # ...but a stock agent's handoff to the client still hands its context over, and a finish
+    # reason the protocol does not know reads as "stop".
+    stock = HandoffMessage(source="assistant", target=CLIENT, content="over to you", context=[results("f")])
+    assert read_reply(stock) == ClientHandoff([results("f")])
+    odd = TextMessage(source=ANSWERER_NAME, content="x", metadata={"finish_reason": "tool_use"})
+    assert read_reply(odd) == AnswerReply("x", "stop")
+
+
+def test_events_outside_a_run_are_stock_agentchat_events() -> None:
+    thinking = as_agentchat_event(ReasoningDelta(text="hm", source=REASONER_NAME), REASONER_NAME)
+    text = as_agentchat_event(ContentDelta(text="Hi"), ANSWERER_NAME)
+    asked = as_agentchat_event(ToolCallsRequested(calls=[ToolCall(id="c1", name="kb.lookup", arguments="{}")]), ANSWERER_NAME)
+    assert isinstance(thinking, ModelClientStreamingChunkEvent) and thinking.metadata and thinking.content == "hm"
+    assert isinstance(text, ModelClientStreamingChunkEvent) and not text.metadata and text.content == "Hi"
+    assert isinstance(asked, ToolCallRequestEvent) and asked.content[0].name == "kb.lookup"
+    assert as_agentchat_event(Usage(source="a", prompt_tokens=1, completion_tokens=1), "a") is None
+
+
+# -- the run binding -------------------------------------------------------------------------------
+
+
+def _run(sink: list[Any]) -> DuetRun:
+    return DuetRun(emit=lambda event: sink.append(event) or True, workbench=DuetWorkbench([]))
+
+
+def test_bind_run_sets_and_resets() -> None:
+    outer, inner = _run([]), _run([])
+    assert current_run() is None
+    with bind_run(outer):
+        assert current_run() is outer
+        with bind_run(inner):
+            assert current_run() is inner
+        assert current_run() is outer
+        with pytest.raises(RuntimeError), bind_run(inner):
+            raise RuntimeError("the run failed")
+        assert current_run() is outer  # unbound however the block ends
+    assert current_run() is None
+
+
+def test_tasks_created_inside_the_binding_inherit_it() -> None:
+    async def main() -> tuple[object, object, object]:
+        run = _run([])
+        with bind_run(run):
+            inside = asyncio.create_task(asyncio.sleep(0, result=None))
+            seen_inside = asyncio.create_task(_current())
+        seen_after = asyncio.create_task(_current())
+        await inside
+        return run, await seen_inside, await seen_after
+
+    async def _current() -> object:
+        return current_run()
+
+    run, seen_inside, seen_after = asyncio.run(main())
+    assert seen_inside is run and seen_after is None
+
+
+def _team(runtime: LeanAgentRuntime | None = None, reasoning: str = "Paris is in France.", answer: str = "Sunny today.") -> RoundRobinGroupChat:
+    settings = PipelineSettings(reasoner=ReasonerSettings(model="r"), answer=AnswerSettings(model="a"))
+    return build_team(settings, ReplayChatCompletionClient([answer]), ReplayChatCompletionClient([reasoning]), runtime=runtime)
+
+
+def test_a_bound_run_gets_the_events_of_a_team_on_its_own_runtime() -> None:
+    """The runtime is started inside the binding: its handler tasks see the run, so the agents'
+    events reach the run's sink, and the team yields only the replies the driver reads."""
+    events: list[Any] = []
+
+    async def main() -> list[Any]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        team = _team(runtime)
+        with bind_run(_run(events)):
+            runtime.start()
+            replies = [read_reply(m) async for m in team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
+        await runtime.stop_when_idle()
+        assert current_run() is None
+        return replies
+
+    replies = asyncio.run(main())
+    assert replies == [ReasoningReply("Paris is in France."), AnswerReply("Sunny today.", "stop"), None]  # None: the TaskResult
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "Paris is in France."
+    assert "".join(e.text for e in events if isinstance(e, ContentDelta)) == "Sunny today."
+    assert [e.source for e in events if isinstance(e, Usage)] == [REASONER_NAME, ANSWERER_NAME]
+
+
+def test_a_duet_task_without_a_bound_run_fails_loudly() -> None:
+    async def main() -> None:
+        await _team().run(task=task_messages(list(CONVERSATION)))
+
+    with pytest.raises(RuntimeError, match="RunNotBoundError.*reasoner was handed a Duet task.*no run is bound"):
+        asyncio.run(main())
+
+
+def test_a_plain_agentchat_task_needs_no_binding() -> None:
+    """What AutoGen Studio sends: a text task; the agents yield their events the AgentChat way."""
+
+    async def main() -> list[Any]:
+        return [m async for m in _team().run_stream(task="Weather in Paris?")]
+
+    items = asyncio.run(main())
+    replies = [read_reply(m) for m in items]
+    assert ReasoningReply("Paris is in France.") in replies and AnswerReply("Sunny today.", "stop") in replies
+    chunks = [m for m in items if isinstance(m, ModelClientStreamingChunkEvent)]
+    assert "".join(c.content for c in chunks if c.source == ANSWERER_NAME) == "Sunny today."
+
+
+# -- the request a service tool is told about -------------------------------------------------------
+
+
+def who_asks(city: str, _context: RequestContext) -> dict[str, Any]:
+    """Reports the request it runs for."""
+    return {"city": city, "request_id": _context.request_id, "user": _context.user, "pipeline": _context.pipeline,
+            "thread": threading.current_thread().name}
+
+
+async def who_asks_async(_context: RequestContext) -> str:
+    return _context.request_id
+
+
+def _text(result: Any) -> str:
+    return "".join(part.content for part in result.result)
+
+
+def test_the_request_workbench_hands_its_request_to_service_tools() -> None:
+    request = RequestContext(request_id="req-1", user="ada", pipeline="duet")
+    tools = [PythonFunctionTool(who_asks), PythonFunctionTool(who_asks_async)]
+    workbench = DuetWorkbench.for_request(tools, [ProxyTool("client_tool", parameters={"type": "object"})], request=request)
+
+    async def main() -> list[Any]:
+        streamed = [item async for item in workbench.call_tool_stream("who_asks", {"city": "Paris"}, call_id="c1")]
+        called = await workbench.call_tool("who_asks_async", {})
+        outside = await DuetWorkbench(tools).call_tool("who_asks_async", {})  # not a request's workbench
+        direct = await tools[0].run_json({"city": "Rome"}, CancellationToken())  # the tool called by itself
+        bad = await workbench.call_tool("who_asks", {"town": "Paris"})  # arguments the tool does not take
+        return [streamed, called, outside, direct, bad]
+
+    streamed, called, outside, direct, bad = asyncio.run(main())
+    assert len(streamed) == 1 and not streamed[0].is_error
+    assert '"request_id": "req-1", "user": "ada", "pipeline": "duet"' in _text(streamed[0])
+    assert '"thread": "duet-tool' in _text(streamed[0])  # sync code still runs off the event loop
+    assert _text(called) == "req-1" and _text(outside) == "" and direct["request_id"] == "" and direct["user"] is None
+    assert bad.is_error and "city" in _text(bad)
+    assert workbench.request is request
+
+
+# -- conversation conversion ------------------------------------------------------------------------
+
+
+def test_legacy_function_calls_and_results_become_tool_rounds() -> None:
+    conversation = conversation_from_openai([
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "<think>hm</think>Calling.", "function_call": {"name": "kb.search", "arguments": None}},
+        {"role": "function", "name": "anything", "content": [{"type": "text", "text": "found"}]},
+    ])
+    assistant, outcome = conversation[1], conversation[2]
+    assert isinstance(assistant, AssistantMessage) and assistant.thought == "Calling."  # <think> stripped
+    [call] = assistant.content  # type: ignore[misc]
+    assert call.name == model_safe_name("kb.search") and call.arguments == "{}" and DUET_CALL_ID.match(call.id)
+    assert isinstance(outcome, FunctionExecutionResultMessage)
+    assert [(r.call_id, r.name, r.content) for r in outcome.content] == [(call.id, call.name, "found")]
+    assert ends_with_tool_results(conversation) and last_user_text(conversation) == "q"
+
+
+def test_a_new_turn_closes_calls_left_without_results() -> None:
+    conversation = conversation_from_openai([
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "user", "content": "never mind"},
+    ])
+    assert [type(m).__name__ for m in conversation] == ["UserMessage", "AssistantMessage", "FunctionExecutionResultMessage", "UserMessage"]
+    assert conversation[2].content[0].content == MISSING_RESULT and conversation[2].content[0].is_error  # type: ignore[union-attr]
+    assert not ends_with_tool_results(conversation)
+
+
+def test_images_are_kept_as_urls() -> None:
+    [message] = conversation_from_openai([{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "sharp"}},
+        {"type": "image_url", "image_url": "data:image/png;base64,AAAA"},
+    ]}])
+    text, remote, inline = message.content  # type: ignore[misc]
+    assert text == "What is this?" and isinstance(remote, ImageURL) and isinstance(inline, ImageURL)
+    assert remote.to_openai_format() == {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "auto"}}
+    assert inline.to_base64() == "AAAA" and last_user_text([message]) == "What is this?"
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([], "messages"),
+        ("hello", "messages"),
+        (["hello"], "messages[0]"),
+        ([{"role": "critic", "content": "x"}], "messages[0].role"),
+        ([{"role": "tool", "content": "x"}], "messages[0].tool_call_id"),
+        ([{"role": "user", "content": []}], "messages[0].content"),
+        ([{"role": "user", "content": [{"type": "audio"}]}], "messages[0].content[0].type"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "messages[0].content[0].image_url"),
+        ([{"role": "system", "content": [{"type": "image_url"}]}], "messages[0].content[0]"),
+        ([{"role": "system", "content": 42}], "messages[0].content"),
+        ([{"role": "assistant", "tool_calls": {"id": "a"}}], "messages[0].tool_calls"),
+        ([{"role": "assistant", "tool_calls": [{"id": 7, "function": {"name": "f"}}]}], "messages[0].tool_calls[0].id"),
+        ([{"role": "assistant", "tool_calls": [{"type": "code", "function": {"name": "f"}}]}], "messages[0].tool_calls[0].type"),
+        ([{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}, {"id": "a", "function": {"name": "g"}}]}],
+         "messages[0].tool_calls[1].id"),
+        ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": [1]}}]}],
+         "messages[0].tool_calls[0].function.arguments"),
+        ([{"role": "assistant", "function_call": {"arguments": "{}"}}], "messages[0].function_call"),
+    ],
+)
+def test_unusable_messages_are_named_by_their_param(messages: Any, param: str) -> None:
+    with pytest.raises(ConversationError) as error:
+        conversation_from_openai(messages)
+    assert error.value.param == param
+
+
+# -- splicing a tool round back ---------------------------------------------------------------------
+
+
+def test_tool_rounds_since_the_last_user_message() -> None:
+    round_one = [AssistantMessage(content=calls("a"), source="assistant"), results("a")]
+    round_two = [AssistantMessage(content="thinking aloud", source="assistant"), AssistantMessage(content=calls("b"), source="assistant"), results("b")]
+    assert tool_rounds([*CONVERSATION, *round_one, *round_two]) == [2, 5]
+    assert tool_rounds([*round_one, UserMessage(content="next", source="user"), *round_two]) == [4]
+    assert tool_rounds(CONVERSATION) == []
+
+
+def test_splice_puts_the_hidden_part_of_a_round_back() -> None:
+    """The client saw only its call (``notify``); the stored turn holds an earlier service-only round
+    and the round's full calls with the service result. Results merge in call order."""
+    earlier = [AssistantMessage(content=calls("search"), source="answerer"), results("search", content="found")]
+    full_calls = AssistantMessage(content=calls("notify", "lookup"), thought="Checking.", source="answerer")
+    stored = Continuation(turn=[*earlier, full_calls, results("lookup", content="service")], reasoning="plan")
+    seen = [*CONVERSATION, AssistantMessage(content=calls("notify"), source="assistant"), results("notify", content="client"),
+            UserMessage(content="thanks", source="user")]
+    spliced = splice(seen, 2, stored)
+    assert spliced[:2] == CONVERSATION and spliced[2:4] == earlier and spliced[4] is full_calls
+    merged = spliced[5]
+    assert isinstance(merged, FunctionExecutionResultMessage)
+    assert [(r.name, r.content) for r in merged.content] == [("notify", "client notify"), ("lookup", "service lookup")]
+    assert spliced[6:] == seen[4:]
+    # The follow-up may end at the calls (no results yet): the stored results stand alone.
+    assert [r.name for r in splice(seen[:3], 2, stored)[5].content] == ["lookup"]  # type: ignore[union-attr]
+
+
+def test_splice_leaves_the_conversation_alone_without_a_usable_turn() -> None:
+    seen = [*CONVERSATION, AssistantMessage(content=calls("notify"), source="assistant"), results("notify")]
+    assert splice(seen, 2, Continuation()) is seen
+    assert splice(seen, 2, Continuation(turn=[results("x"), AssistantMessage(content=calls("x"), source="a")])) is seen
+
+
+# -- the team pool and the team factory --------------------------------------------------------------
+
+
+def test_team_pool_reuses_bounds_and_drains() -> None:
+    made: list[TeamSlot] = []
+
+    def factory() -> TeamSlot:
+        made.append(TeamSlot(_team()))
+        return made[-1]
+
+    pool = TeamPool(factory, max_idle=2)
+    first, second, third = pool.acquire(), pool.acquire(), pool.acquire()
+    assert made == [first, second, third]  # an empty pool makes a new team for each lease
+    assert pool.release(first) and pool.release(second) and not pool.release(third)  # full: the caller closes it
+    assert pool.acquire() is second and pool.acquire() is first and len(made) == 3  # reused, newest first
+    pool.release(first)
+    assert pool.drain() == [first] and pool.drain() == []
+    assert pool.acquire() is not first and len(made) == 4
+
+
+def _participants(slot: TeamSlot) -> list[Any]:
+    return list(slot.team._participants)  # type: ignore[attr-defined]  # AgentChat has no public accessor
+
+
+def _component(reasoning: str = "plan", answer: str = "done") -> ComponentModel:
+    return _team(reasoning=reasoning, answer=answer).dump_component()
+
+
+def test_team_factory_shares_clients_and_runs_duet_teams_on_the_lean_runtime() -> None:
+    factory = TeamFactory(_component(), origin="test")
+    slots = [factory() for _ in range(3)]
+    assert all(isinstance(slot.runtime, LeanAgentRuntime) and not slot.owns_agents for slot in slots)
+    assert len({id(slot.team) for slot in slots}) == 3 and len({id(slot.runtime) for slot in slots}) == 3
+    clients = [[agent.model_client for agent in _participants(slot)] for slot in slots]
+    assert all(c[0] is clients[0][0] and c[1] is clients[0][1] for c in clients)  # created once, shared
+    assert factory.model_clients == clients[0] and isinstance(clients[0][0], ReplayChatCompletionClient)
+    standalone = factory.standalone()
+    assert [agent.model_client for agent in standalone._participants] == clients[0]  # type: ignore[attr-defined]
+    assert standalone.dump_component() == slots[0].team.dump_component() == _component()  # the same team, rebuilt
+
+    settings = PipelineSettings(name="p", reasoner=ReasonerSettings(model="r"), answer=AnswerSettings(model="a"))
+    from_settings = TeamFactory.from_settings(settings)
+    slot = from_settings()
+    assert [agent.model_client for agent in _participants(slot)] == from_settings.model_clients  # the clients it made
+    assert [agent.model_client.dump_component().config["model"] for agent in _participants(slot)] == ["r", "a"]
+
+
+def test_team_factory_loads_other_teams_whole() -> None:
+    """A team with a participant that is not one of Duet's agents (Studio's AssistantAgent)."""
+    component = RoundRobinGroupChat(
+        [AssistantAgent("helper", ReplayChatCompletionClient(["hi"]))], termination_condition=MaxMessageTermination(2)
+    ).dump_component()
+    factory = TeamFactory(component)
+    slots = [factory(), factory()]
+    assert all(slot.runtime is None and slot.owns_agents for slot in slots)  # AgentChat's embedded runtime, its own agents
+    assert _participants(slots[0])[0].name == "helper" and _participants(slots[0])[0] is not _participants(slots[1])[0]
+    assert factory.model_clients == []
+
+
+def test_team_factory_names_the_provider_that_broke() -> None:
+    broken = _component().model_dump()
+    broken["config"]["participants"][1]["config"]["model_client"]["provider"] = "no_such_package.Client"
+    with pytest.raises(TeamLoadError, match=r"cannot load team broken\.json: provider 'no_such_package\.Client' \(replay_chat_completion_client\) cannot be imported"):
+        TeamFactory(ComponentModel.model_validate(broken), origin="broken.json")
+    bad_field = _component().model_dump()
+    bad_field["config"]["participants"][0]["config"]["max_reasoning_chars"] = -1
+    with pytest.raises(TeamLoadError, match=r"provider 'duet\.agents\.ReasoningAgent' \(agent\) failed to load"):
+        TeamFactory(ComponentModel.model_validate(bad_field))
