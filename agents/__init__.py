@@ -16,7 +16,8 @@ Public API:
   from the components' own option models (:class:`ModelClientOptions`, :class:`ReasoningAgentOptions`,
   :class:`AnswerAgentOptions`, :class:`DuetAgentOptions`);
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
-  :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union);
+  :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union); :class:`ReasoningParagraphs` (how reasoning
+  from two sources is joined);
 - :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
 - errors: :class:`UpstreamError` and its subclasses, :class:`TeamLoadError`, :class:`RunNotBoundError`.
 """
@@ -45,6 +46,7 @@ from .events import (
     Finished,
     FinishReason,
     ReasoningDelta,
+    ReasoningParagraphs,
     ToolCall,
     ToolCallsRequested,
     Usage,
@@ -103,6 +105,7 @@ __all__ = [
     "ReasoningAgentOptions",
     "ReasoningDelta",
     "ReasoningOutput",
+    "ReasoningParagraphs",
     "ReasoningText",
     "RunNotBoundError",
     "TeamFactory",

@@ -1,7 +1,10 @@
 """The FastAPI application: an app factory with a lifespan that owns the pipelines.
 
-The app changes nothing outside itself: process-wide settings (garbage collector, AutoGen's
-tracing, log filters) are :mod:`duet.api.process`'s, made by ``duet serve``.
+Process-wide settings (garbage collector, AutoGen's tracing, log filters) are not the app's:
+:mod:`duet.api.process` has them, and ``duet serve`` makes them. The one process-wide thing an app
+does is add the secrets it is configured with (API keys, upstream keys and header values) to the
+masking of every log line and error message, which log records, being process-wide, need
+(idempotent: the masking is installed once).
 """
 
 from __future__ import annotations

@@ -89,33 +89,37 @@ class ChunkWriter:
     def __init__(self, encoder: ChunkEncoder, include_usage: bool) -> None:
         self.encoder = encoder
         self._include_usage = include_usage
-        self._out = b""  # the usual batch is one chunk: b"" + chunk is that chunk, not a copy
+        self._out: list[bytes] = []
 
     def take(self) -> bytes:
-        """What was written since the last call."""
-        out, self._out = self._out, b""
-        return out
+        """What was written since the last call: the usual batch is one chunk, handed over as it is
+        (no copy); a long batch (a reader that fell behind) is joined once, in linear time."""
+        out = self._out
+        if not out:
+            return b""
+        self._out = []
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def start(self) -> None:
-        self._out += self.encoder.role()
+        self._out.append(self.encoder.role())
 
     def reasoning(self, text: str) -> None:
-        self._out += self.encoder.reasoning(text)
+        self._out.append(self.encoder.reasoning(text))
 
     def content(self, text: str) -> None:
-        self._out += self.encoder.content(text)
+        self._out.append(self.encoder.content(text))
 
     def tool_call(self, index: int, call: ToolCall) -> None:
-        self._out += self.encoder.tool_call_head(index, call.id, call.name) + self.encoder.tool_call_arguments(index, call.arguments)
+        self._out += (self.encoder.tool_call_head(index, call.id, call.name), self.encoder.tool_call_arguments(index, call.arguments))
 
     def function_call(self, call: ToolCall) -> None:
-        self._out += self.encoder.function_call_head(call.name) + self.encoder.function_call_arguments(call.arguments)
+        self._out += (self.encoder.function_call_head(call.name), self.encoder.function_call_arguments(call.arguments))
 
     def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
-        self._out += self.encoder.finish(reason)
+        self._out.append(self.encoder.finish(reason))
         if self._include_usage:
-            self._out += self.encoder.usage(prompt_tokens, completion_tokens)
-        self._out += DONE
+            self._out.append(self.encoder.usage(prompt_tokens, completion_tokens))
+        self._out.append(DONE)
 
     def error(self, error: APIError) -> None:
-        self._out += self.encoder.error(error.body())
+        self._out.append(self.encoder.error(error.body()))

@@ -32,7 +32,7 @@ SERVE_FLAGS = ("config", "team", "model_name", "reasoning_output", "host", "port
 def _serve(args: argparse.Namespace) -> None:
     _import_from_working_directory()
     from .app import ServiceConfig, create_app
-    from .process import configure_process, freeze_startup_objects
+    from .process import configure_process
     from .server import serve
     from .settings import EnvSettings
 
@@ -47,7 +47,6 @@ def _serve(args: argparse.Namespace) -> None:
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
         print(f"duet: cannot start: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    freeze_startup_objects()
     serve(app, config.options, app.state.gate, host=env.host, port=env.port, log_level=env.log_level.lower())
 
 

@@ -1,9 +1,10 @@
 """Settings of the whole process that serves Duet, made by ``duet serve``, not by ``create_app``
 (a process may build many apps, as the tests do; an app changes nothing outside itself).
 
-``duet serve`` calls :func:`configure_process` once before it builds the app and
-:func:`freeze_startup_objects` once the app is built. A program that serves ``create_app`` itself
-calls them the same way to run as ``duet serve`` does.
+``duet serve`` calls :func:`configure_process` once before it builds the app, and its server
+calls :func:`freeze_startup_objects` once the app has started (its lifespan has opened the
+pipelines). A program that serves ``create_app`` itself calls them the same way to run as
+``duet serve`` does.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def configure_process() -> None:
 
 def freeze_startup_objects() -> None:
     """Keeps the cyclic garbage collector from walking, at every collection, what exists now and
-    lives as long as the process (modules, the built app and its pipelines). Call it once the app
-    is built, before serving; ``gc.unfreeze()`` undoes it."""
+    lives as long as the process (modules, the app, its pipelines and what their startup opened).
+    Call it once the app has started, before it serves; ``gc.unfreeze()`` undoes it."""
     gc.collect()
     gc.freeze()

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from duet.agents import DuetEvent, ReasoningOutput
-from duet.agents.events import (
+from duet.agents import (
     ContentDelta,
+    DuetEvent,
     Failed,
     Finished,
     ReasoningDelta,
+    ReasoningOutput,
     ReasoningParagraphs,
     ToolCall,
     ToolCallsRequested,

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .process import freeze_startup_objects
 from .protocol import ErrorBody, ErrorDetail
 from .settings import ServiceOptions
 from .sse import ABORT_CONNECTION
@@ -175,6 +176,11 @@ class EdgeServer(uvicorn.Server):
         super().__init__(config)
         self.options = options
         self.gate = gate
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # the lifespan has run: what it opened (MCP sessions, the service) lives as long as the process
+            freeze_startup_objects()
 
     async def shutdown(self, sockets: Any = None) -> None:
         logger.info("shutting down: draining for up to %g s", self.options.shutdown_timeout)

@@ -47,11 +47,11 @@ class InProcessDuet:
         self._gc_threshold = gc.get_threshold()
         configure_process()
         app = create_app(config)
-        freeze_startup_objects()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, name="duet-in-process", daemon=True)
         self.thread.start()
         wait_for_port(self.port)
+        freeze_startup_objects()  # once started, as duet serve's server does
 
     def health(self) -> dict[str, int]:
         """The keyed readiness details (in flight, tasks)."""

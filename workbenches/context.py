@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 
 class RequestContext(BaseModel):
@@ -12,7 +12,10 @@ class RequestContext(BaseModel):
 
     The request's :class:`~duet.workbenches.DuetWorkbench` hands it to the tool with each call; a
     tool called outside a request (from a script, or a team run in AutoGen Studio) gets an empty one.
+    Frozen: the same object goes to every tool of the request, sync ones in worker threads at once.
     """
+
+    model_config = ConfigDict(frozen=True)
 
     request_id: str = ""
     user: Optional[str] = None
