@@ -183,8 +183,8 @@ class Duet:
         runtime; cancelling ``cancellation_token`` or closing the stream stops it. The run keeps
         pace with its reader: once :data:`~duet.agents.stream.MAX_BUFFERED_EVENTS` events wait
         unread, the agents stop reading their models' streams until the reader catches up (or
-        closes the stream). A token
-        cancelled before the run starts ends it at once with ``Failed``, before any model is called.
+        closes the stream). A token cancelled before the run starts ends it at once with
+        ``Failed``, before any model is called.
         """
         if messages and isinstance(messages[0], Mapping):
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
@@ -212,12 +212,12 @@ class Duet:
     ) -> AsyncIterator[DuetEvent]:
         """Runs the duet once, yielding :mod:`duet.agents.events` until ``Finished`` or ``Failed``.
         Takes the arguments of :meth:`start`; leaving the loop early stops the run."""
-        run = self.start(messages, **kwargs)
+        stream = self.start(messages, **kwargs)
         try:
-            async for event in run:
+            async for event in stream:
                 yield event
         finally:
-            await run.close()
+            await stream.close()
 
     async def run(self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any) -> DuetResult:
         """Like :meth:`stream`, collected into one :class:`DuetResult`. Raises the run's error."""
