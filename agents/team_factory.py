@@ -13,12 +13,13 @@ from autogen_core.models import ChatCompletionClient
 from .answer_agent import AnswerAgent
 from .base import DuetAgent, DuetAgentConfig
 from .errors import TeamLoadError
+from .messages import ANSWERER_NAME, REASONER_NAME
 from .model_client import ANSWER_MODEL_INFO
 from .pool import TeamSlot
 from .reasoning_agent import ReasoningAgent
 from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, PipelineSettings
-from .team import ANSWERER_NAME, REASONER_NAME, build_team
+from .team import build_team
 from .team_files import diagnose, load_team
 
 _DUET_AGENTS: dict[str, type[DuetAgent]] = {
