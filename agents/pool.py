@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from autogen_agentchat.base import Team
 from autogen_core import SingleThreadedAgentRuntime
+from autogen_core.models import ChatCompletionClient
 
 
 @dataclass(eq=False)
 class TeamSlot:
     """A team and, unless it embeds its own, the runtime it runs on (started for each run).
-    ``owns_agents``: the team's agents (and their model clients) were made for it alone, as when
-    a team that is not Duet's own is loaded whole, and close with it; otherwise the agents share
-    the pipeline's model clients, which the pipeline closes."""
+
+    What closes with it: ``owns_agents``, the team's agents (and so their model clients), made for
+    it alone when a team that is not Duet's own is loaded whole; otherwise ``own_clients``, the model
+    clients made for this team alone (those a pipeline does not share). The clients a
+    pipeline shares are closed by its :class:`~duet.agents.TeamFactory`, never by a team."""
 
     team: Team
     runtime: SingleThreadedAgentRuntime | None = None
     owns_agents: bool = False
+    own_clients: Sequence[ChatCompletionClient] = ()
 
     async def close(self) -> None:
         if self.owns_agents:
@@ -27,6 +31,9 @@ class TeamSlot:
             for agent in getattr(self.team, "_participants", []):
                 with contextlib.suppress(Exception):
                     await agent.close()
+        for client in self.own_clients:
+            with contextlib.suppress(Exception):
+                await client.close()
 
 
 class TeamPool:
