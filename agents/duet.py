@@ -140,13 +140,12 @@ class Duet:
         return self
 
     async def close(self) -> None:
-        """Stops the MCP servers, closes the idle teams and the model clients this pipeline created
-        (which its teams share)."""
+        """Stops the MCP servers, closes the idle teams, then the team factory (the model clients
+        the teams share)."""
         await self.services.close()
         for slot in self._pool.drain():
             await slot.close()
-        for client in self._team_factory.model_clients:
-            await client.close()
+        await self._team_factory.close()
 
     async def __aenter__(self) -> "Duet":
         return await self.open()

@@ -10,13 +10,15 @@ from autogen_agentchat.base import Team
 from autogen_core import SingleThreadedAgentRuntime
 from autogen_core.models import ChatCompletionClient
 
+from .base import DuetAgent
+
 
 @dataclass(eq=False)
 class TeamSlot:
     """A team and, unless it embeds its own, the runtime it runs on (started for each run).
 
-    What closes with it: ``owns_agents``, the team's agents (and so their model clients), made for
-    it alone when a team that is not Duet's own is loaded whole; otherwise ``own_clients``, the model
+    What closes with it: ``owns_agents``, the team's agents and their model clients, made for it
+    alone when a team that is not Duet's own is loaded whole; otherwise ``own_clients``, the model
     clients made for this team alone (those a pipeline does not share). The clients a
     pipeline shares are closed by its :class:`~duet.agents.TeamFactory`, never by a team."""
 
@@ -26,12 +28,18 @@ class TeamSlot:
     own_clients: Sequence[ChatCompletionClient] = ()
 
     async def close(self) -> None:
+        clients = list(self.own_clients)
         if self.owns_agents:
             # BaseGroupChat has no public accessor for its participants (AutoGen Studio reads it too).
             for agent in getattr(self.team, "_participants", []):
                 with contextlib.suppress(Exception):
                     await agent.close()
-        for client in self.own_clients:
+                # Duet's agents close their model client; AgentChat's (0.7.5, pinned) do not:
+                # BaseChatAgent.close does nothing, and AssistantAgent keeps its client in _model_client.
+                client = getattr(agent, "_model_client", None)
+                if client is not None and not isinstance(agent, DuetAgent):
+                    clients.append(client)
+        for client in clients:
             with contextlib.suppress(Exception):
                 await client.close()
 

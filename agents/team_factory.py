@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from autogen_agentchat.base import Team, TerminationCondition
 from autogen_agentchat.teams import RoundRobinGroupChat
@@ -31,6 +34,10 @@ _DUET_AGENTS: dict[str, type[DuetAgent]] = {
 _DUET_TEAMS = (RoundRobinGroupChat.component_provider_override, f"{RoundRobinGroupChat.__module__}.{RoundRobinGroupChat.__qualname__}")
 
 
+CLOSE_TIMEOUT = 5.0
+"""Seconds a factory that failed to load gives the clients it made to close."""
+
+
 def _provider_class(component: ComponentModel) -> type[DuetAgent] | None:
     agent = _DUET_AGENTS.get(component.provider)
     if agent is None or component.component_version not in (None, agent.component_version):
@@ -49,6 +56,21 @@ def made_for_concurrent_use(client: ChatCompletionClient) -> bool:
     from autogen_ext.models.openai import AzureOpenAIChatCompletionClient, OpenAIChatCompletionClient  # imported once a client needs it
 
     return type(client) in (OpenAIChatCompletionClient, AzureOpenAIChatCompletionClient)
+
+
+def _close_from_sync_code(clients: Iterable[ChatCompletionClient]) -> None:
+    """Closes ``clients`` before returning, from synchronous code (a factory that failed to load),
+    whether or not an event loop runs in this thread: on a loop of their own, in a thread. Clients
+    only just made hold nothing bound to another loop."""
+
+    async def close_all() -> None:
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    closer = threading.Thread(target=asyncio.run, args=(close_all(),), name="duet-close-clients", daemon=True)
+    closer.start()
+    closer.join(CLOSE_TIMEOUT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +105,9 @@ class TeamFactory:
     team, on AgentChat's embedded runtime, with model clients of its own.
 
     Everything is loaded once when the factory is made, so a broken component fails here, with an
-    error naming the provider that broke (:class:`~duet.agents.TeamLoadError`). The shared clients
-    are closed by whoever owns the factory (:meth:`Duet.close`), never by a team.
+    error naming the provider that broke (:class:`~duet.agents.TeamLoadError`). The factory owns
+    the shared clients and the team it made to check the component until a request leases it:
+    :meth:`close` closes them.
     """
 
     def __init__(
@@ -95,36 +118,45 @@ class TeamFactory:
         origin: str = "component",
     ) -> None:
         """``model_clients``: the clients of participants by name, already made (a settings
-        pipeline's), shared by every team; a participant not named gets the client its config
-        describes."""
+        pipeline's), shared by every team and owned by the factory from here on (closed by
+        :meth:`close`, or at once if the component does not load); a participant not named gets
+        the client its config describes."""
         self._config = config
         self._origin = origin
         self._team: RoundRobinGroupChatConfig | None = None
         self._participants: list[_Participant] = []
         self._spare: TeamSlot | None = None  # the team made to check the component, handed out first
+        made: list[ChatCompletionClient] = list((model_clients or {}).values())  # closed if loading fails
         try:
-            first_clients = self._prepare(model_clients or {})
+            first_clients = self._prepare(model_clients or {}, made)
             if self._team is None:
                 self._spare = TeamSlot(load_team(config, origin), owns_agents=True)
             else:
                 self._spare = self._duet_slot(first_clients)
-        except TeamLoadError:
-            raise
         except Exception as exc:
+            _close_from_sync_code(made)
+            if isinstance(exc, TeamLoadError):
+                raise
             raise TeamLoadError(f"cannot load team {origin}: {diagnose(config, exc)}") from exc
 
     @classmethod
     def from_settings(cls, settings: PipelineSettings) -> "TeamFactory":
         """The factory of a settings pipeline: its model clients are made here, once."""
-        answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
-        reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO) if settings.reasoner else None
-        config = build_team(settings, answer_client, reasoner_client).dump_component()
-        clients = {ANSWERER_NAME: answer_client} | ({REASONER_NAME: reasoner_client} if reasoner_client else {})
+        clients: dict[str, ChatCompletionClient] = {}
+        try:
+            clients[ANSWERER_NAME] = settings.answer.build_client(ANSWER_MODEL_INFO)
+            if settings.reasoner is not None:
+                clients[REASONER_NAME] = settings.reasoner.build_client(REASONER_MODEL_INFO)
+            config = build_team(settings, clients[ANSWERER_NAME], clients.get(REASONER_NAME)).dump_component()
+        except Exception:
+            _close_from_sync_code(clients.values())
+            raise
         return cls(config, clients, origin=f"of pipeline '{settings.name}'")
 
-    def _prepare(self, given: Mapping[str, ChatCompletionClient]) -> list[ChatCompletionClient]:
-        """Reads Duet's team type and agents from the component and creates their clients; returns
-        the clients of the first team. Leaves ``_team`` unset for any other team."""
+    def _prepare(self, given: Mapping[str, ChatCompletionClient], made: list[ChatCompletionClient]) -> list[ChatCompletionClient]:
+        """Reads Duet's team type and agents from the component and creates their clients (each
+        added to ``made`` at once); returns the clients of the first team. Leaves ``_team`` unset
+        for any other team."""
         if self._config.provider not in _DUET_TEAMS:
             return []
         team = RoundRobinGroupChatConfig.model_validate(self._config.config)
@@ -135,7 +167,10 @@ class TeamFactory:
         for kind, participant in zip(kinds, team.participants, strict=True):
             assert kind is not None
             config: DuetAgentConfig = kind.component_config_schema.model_validate(participant.config)  # type: ignore[attr-defined]
-            client = given.get(config.name) or ChatCompletionClient.load_component(config.model_client)
+            client = given.get(config.name)
+            if client is None:
+                client = ChatCompletionClient.load_component(config.model_client)
+                made.append(client)
             shared = config.name in given or made_for_concurrent_use(client)
             self._participants.append(_Participant(kind, config, client if shared else None))
             first_clients.append(client)
@@ -166,6 +201,15 @@ class TeamFactory:
             if participant.shared_client is not None:
                 unique.setdefault(id(participant.shared_client), participant.shared_client)
         return list(unique.values())
+
+    async def close(self) -> None:
+        """Closes the team made to check the component if no request leased it, then the shared
+        model clients. Teams handed out are their holders' to close (:meth:`TeamSlot.close`)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.close()
+        for client in self.model_clients:
+            await client.close()
 
     def _duet_slot(self, clients: list[ChatCompletionClient]) -> TeamSlot:
         """A team of Duet's agents with ``clients`` (one for each participant) on a runtime of its

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from typing import Any, ClassVar
+
+import aiohttp
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
@@ -53,6 +55,7 @@ from duet.agents import (
     TeamLoadError,
     ToolCall,
     ToolCallsRequested,
+    UpstreamError,
     Usage,
     bind_run,
     build_team,
@@ -435,6 +438,35 @@ def _lean(model: str) -> OpenAICompatibleClient:
     return OpenAICompatibleClient(model, NOBODY_LISTENS)
 
 
+class CustomOpenAIClient(OpenAIChatCompletionClient):
+    """A client of the tests' own, a subclass of AutoGen's OpenAI client: custom code, which a team
+    factory does not share. Keeps every instance made (a factory makes them from a component)."""
+
+    component_provider_override = "tests.test_units_core.CustomOpenAIClient"
+    made: ClassVar[list["CustomOpenAIClient"]] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        CustomOpenAIClient.made.append(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._client.is_closed()  # the openai SDK client it made at once (its HTTP connection pool)
+
+
+def _custom(model: str) -> CustomOpenAIClient:
+    return CustomOpenAIClient(model=model, base_url=NOBODY_LISTENS, api_key="unused", model_info=ANSWER_MODEL_INFO)
+
+
+async def _session_of(client: ChatCompletionClient) -> aiohttp.ClientSession:
+    """The connection pool of Duet's client, made by a readiness check (which fails: nobody listens)."""
+    assert isinstance(client, OpenAICompatibleClient)
+    with pytest.raises(UpstreamError):
+        await client.check_ready(5)
+    assert client._session is not None and not client._session.closed
+    return client._session
+
+
 def _component(reasoner: ChatCompletionClient | None = None, answer: ChatCompletionClient | None = None) -> ComponentModel:
     """Duet's team, as a team file holds it; AutoGen's replay clients unless told otherwise."""
     settings = PipelineSettings(reasoner=ReasonerSettings(model="r"), answer=AnswerSettings(model="a"))
@@ -488,6 +520,57 @@ def test_team_factory_gives_each_team_its_own_client_of_any_other_kind() -> None
         return replies
 
     assert asyncio.run(main()) == [[ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]] * 2
+
+
+def test_team_factory_close_closes_the_shared_clients_and_the_team_no_request_leased() -> None:
+    async def main() -> None:
+        component = _component(reasoner=_lean("r"), answer=_custom("a"))
+        CustomOpenAIClient.made.clear()
+        factory = TeamFactory(component)
+        [spare_client] = CustomOpenAIClient.made  # the answer client of the team made to check the component
+        shared = await _session_of(factory.model_clients[0])
+        await factory.close()
+        assert shared.closed and spare_client.closed
+
+        # Teams handed out are their holders': a slot closes its own clients, never a shared one.
+        factory = TeamFactory(component)
+        first, second = factory(), factory()
+        shared = await _session_of(factory.model_clients[0])
+        [first_client], [second_client] = first.own_clients, second.own_clients
+        await second.close()
+        assert second_client.closed and not first_client.closed and not shared.closed  # type: ignore[attr-defined]
+        await factory.close()
+        assert shared.closed and not first_client.closed  # type: ignore[attr-defined]
+        await first.close()
+        assert first_client.closed  # type: ignore[attr-defined]
+
+        # A team loaded whole: the unleased one's agents close, and with them their clients.
+        CustomOpenAIClient.made.clear()
+        whole = RoundRobinGroupChat([AssistantAgent("helper", _custom("a"))], termination_condition=MaxMessageTermination(2))
+        factory = TeamFactory(whole.dump_component())
+        spare_client = CustomOpenAIClient.made[-1]
+        await factory.close()
+        assert spare_client.closed
+
+    asyncio.run(main())
+
+
+def test_a_team_factory_that_fails_to_load_closes_the_clients_it_made() -> None:
+    """The reasoner's client is loaded from the component, the answer client is given (as a
+    settings pipeline gives it); the termination condition then fails to load."""
+    broken = _component(reasoner=_custom("r")).model_dump()
+    broken["config"]["termination_condition"]["provider"] = "no_such_package.Condition"
+
+    async def main() -> tuple[aiohttp.ClientSession, list[CustomOpenAIClient]]:
+        given = _lean("a")
+        session = await _session_of(given)
+        CustomOpenAIClient.made.clear()
+        with pytest.raises(TeamLoadError, match=r"provider 'no_such_package\.Condition' \(termination\) cannot be imported"):
+            TeamFactory(ComponentModel.model_validate(broken), {ANSWERER_NAME: given})
+        return session, list(CustomOpenAIClient.made)
+
+    session, loaded = asyncio.run(main())
+    assert session.closed and len(loaded) == 1 and loaded[0].closed
 
 
 def test_team_factory_loads_other_teams_whole() -> None:
