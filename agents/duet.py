@@ -154,10 +154,11 @@ class Duet:
         await self.close()
 
     def new_team(self) -> Team:
-        """A fresh team of this pipeline, on its own embedded runtime: run it with AgentChat
-        directly (``await team.run(task=...)``) or dump it. Duet's own agents share the pipeline's
-        model clients: close the pipeline, not the agents (a team of another kind, loaded whole,
-        has clients of its own)."""
+        """A fresh team of this pipeline, loaded from its component on an embedded runtime: run it
+        with AgentChat directly (``await team.run(task=...)``) or dump it. Nothing of it is shared
+        with the served teams: its agents have model clients of their own, which closing the
+        pipeline does not close. The caller closes its agents when done with it (each closes its
+        model client; AgentChat teams have no close of their own)."""
         return self._team_factory.standalone()
 
     def start(

@@ -187,11 +187,10 @@ class TeamFactory:
         return self._duet_slot([participant.client() for participant in self._participants])
 
     def standalone(self) -> Team:
-        """A team on an embedded runtime, to run with AgentChat directly or to dump; a Duet team
-        shares the factory's shared model clients."""
-        if self._team is None:
-            return Team.load_component(self._config)
-        return self._build(None, [participant.client() for participant in self._participants])
+        """A team loaded from the component as AgentChat loads it, on an embedded runtime, to run
+        with AgentChat directly or to dump. Its agents have model clients of their own, which the
+        factory does not close: closing the agents closes them."""
+        return load_team(self._config, self._origin)
 
     @property
     def model_clients(self) -> list[ChatCompletionClient]:
@@ -218,7 +217,7 @@ class TeamFactory:
         own = [client for participant, client in zip(self._participants, clients, strict=True) if participant.shared_client is None]
         return TeamSlot(self._build(runtime, clients), runtime, own_clients=own)
 
-    def _build(self, runtime: AgentRuntime | None, clients: list[ChatCompletionClient]) -> RoundRobinGroupChat:
+    def _build(self, runtime: AgentRuntime, clients: list[ChatCompletionClient]) -> RoundRobinGroupChat:
         """As ``RoundRobinGroupChat._from_config``, with ``clients`` and ``runtime``."""
         team = self._team
         assert team is not None

@@ -573,6 +573,24 @@ def test_a_team_factory_that_fails_to_load_closes_the_clients_it_made() -> None:
     assert session.closed and len(loaded) == 1 and loaded[0].closed
 
 
+def test_a_standalone_team_has_clients_of_its_own() -> None:
+    """What ``Duet.new_team()`` hands out: closing its agents leaves the pipeline's clients open."""
+    component = _component(reasoner=_lean("r"), answer=_lean("a"))
+    factory = TeamFactory(component)
+    team = factory.standalone()
+    agents = list(team._participants)  # type: ignore[attr-defined]
+    assert team.dump_component() == component
+    assert not {id(agent.model_client) for agent in agents} & {id(client) for client in factory.model_clients}
+
+    async def main() -> list[aiohttp.ClientSession]:
+        shared = [await _session_of(client) for client in factory.model_clients]
+        for agent in agents:
+            await agent.close()
+        return shared
+
+    assert not any(session.closed for session in asyncio.run(main()))
+
+
 def test_team_factory_loads_other_teams_whole() -> None:
     """A team with a participant that is not one of Duet's agents (Studio's AssistantAgent)."""
     component = RoundRobinGroupChat(
