@@ -13,7 +13,7 @@ import contextlib
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 from autogen_agentchat.base import Team
 from autogen_core import CancellationToken, ComponentModel
@@ -69,18 +69,17 @@ class Duet:
     options) and runs the team on its AutoGen runtime.
     """
 
-    def __init__(  # team_factory: pooled teams for runs; team_builder: standalone teams
+    def __init__(
         self,
-        team_factory: Callable[[], TeamSlot],
+        team_factory: TeamFactory,
         *,
-        team_builder: Callable[[], Team],
         name: str = "duet",
         services: ServiceTools | None = None,
         reasoning_output: ReasoningOutput = "reasoning_content",
-        model_clients: Sequence[ChatCompletionClient] = (),
         continuations: ContinuationStore | None = None,
         max_idle_teams: int = 64,
     ) -> None:
+        """``team_factory`` makes the pipeline's teams; the pipeline owns it from here on (:meth:`close`)."""
         self.name = name
         self.reasoning_output: ReasoningOutput = reasoning_output
         self.services = services or ServiceTools()
@@ -88,21 +87,17 @@ class Duet:
         # Guarded whatever it is (a store passed in from Python, memory://): a fault or a hang costs a
         # round its hidden part, bounded and logged once per outage, never the request.
         self.continuations = store if isinstance(store, GuardedStore) else GuardedStore(store)
-        self._team_builder = team_builder  # fresh teams on an embedded runtime, for new_team()
+        self._team_factory = team_factory
         self._pool = TeamPool(team_factory, max_idle_teams)
-        self._model_clients = list(model_clients)
 
     @classmethod
     def from_settings(cls, settings: PipelineSettings, *, continuations: ContinuationStore | None = None) -> "Duet":
         """Creates the pipeline's model clients and service tools once; every team it runs shares them."""
-        factory = TeamFactory.from_settings(settings)
         return cls(
-            factory,
-            team_builder=factory.standalone,
+            TeamFactory.from_settings(settings),
             name=settings.name,
             services=ServiceTools.from_settings(settings.tools),
             reasoning_output=settings.reasoning_output,
-            model_clients=factory.model_clients,
             continuations=continuations,
         )
 
@@ -119,20 +114,21 @@ class Duet:
         exported by ``duet export-team`` or edited in AutoGen Studio.
 
         The team is loaded once here, so a broken file fails at startup, naming the provider
-        that could not be loaded. Duet's own team is then served as a settings pipeline is (model
-        clients created once and shared, the lean runtime; see :class:`TeamFactory`); any other team
-        is loaded whole for each pooled team. The client tools of each request join the team's
-        service tools (the non-client tools of its answer agent).
+        that could not be loaded. Duet's own team is then served as a settings pipeline is (the lean
+        runtime; model clients made for concurrent use created once and shared, any other client
+        loaded for each pooled team: see :class:`TeamFactory`); any other team is loaded whole for
+        each pooled team. The client tools of each request join the team's service tools (the
+        non-client tools of its answer agent).
         """
         config = load_team_config(team)
         factory = TeamFactory(config, origin=str(team) if isinstance(team, (str, Path)) else "component")
-        return cls(factory, team_builder=factory.standalone, name=name, services=ServiceTools(service_tools_of(config)),
-                   reasoning_output=reasoning_output, model_clients=factory.model_clients, continuations=continuations)
+        return cls(factory, name=name, services=ServiceTools(service_tools_of(config)),
+                   reasoning_output=reasoning_output, continuations=continuations)
 
     @property
     def model_clients(self) -> list[ChatCompletionClient]:
-        """The model clients this pipeline created (readiness probes ask their servers)."""
-        return list(self._model_clients)
+        """The model clients every team of this pipeline shares (readiness probes ask their servers)."""
+        return self._team_factory.model_clients
 
     @property
     def service_tool_names(self) -> set[str]:
@@ -144,13 +140,12 @@ class Duet:
         return self
 
     async def close(self) -> None:
-        """Stops the MCP servers, closes the idle teams and the model clients this pipeline created
-        (which its teams share)."""
+        """Stops the MCP servers, closes the idle teams, then the team factory (the model clients
+        the teams share)."""
         await self.services.close()
         for slot in self._pool.drain():
             await slot.close()
-        for client in self._model_clients:
-            await client.close()
+        await self._team_factory.close()
 
     async def __aenter__(self) -> "Duet":
         return await self.open()
@@ -159,11 +154,12 @@ class Duet:
         await self.close()
 
     def new_team(self) -> Team:
-        """A fresh team of this pipeline, on its own embedded runtime: run it with AgentChat
-        directly (``await team.run(task=...)``) or dump it. Duet's own agents share the pipeline's
-        model clients: close the pipeline, not the agents (a team of another kind, loaded whole,
-        has clients of its own)."""
-        return self._team_builder()
+        """A fresh team of this pipeline, loaded from its component on an embedded runtime: run it
+        with AgentChat directly (``await team.run(task=...)``) or dump it. Nothing of it is shared
+        with the served teams: its agents have model clients of their own, which closing the
+        pipeline does not close. The caller closes its agents when done with it (each closes its
+        model client; AgentChat teams have no close of their own)."""
+        return self._team_factory.standalone()
 
     def start(
         self,
@@ -183,8 +179,8 @@ class Duet:
         runtime; cancelling ``cancellation_token`` or closing the stream stops it. The run keeps
         pace with its reader: once :data:`~duet.agents.stream.MAX_BUFFERED_EVENTS` events wait
         unread, the agents stop reading their models' streams until the reader catches up (or
-        closes the stream). A token
-        cancelled before the run starts ends it at once with ``Failed``, before any model is called.
+        closes the stream). A token cancelled before the run starts ends it at once with
+        ``Failed``, before any model is called.
         """
         if messages and isinstance(messages[0], Mapping):
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
@@ -212,12 +208,12 @@ class Duet:
     ) -> AsyncIterator[DuetEvent]:
         """Runs the duet once, yielding :mod:`duet.agents.events` until ``Finished`` or ``Failed``.
         Takes the arguments of :meth:`start`; leaving the loop early stops the run."""
-        run = self.start(messages, **kwargs)
+        stream = self.start(messages, **kwargs)
         try:
-            async for event in run:
+            async for event in stream:
                 yield event
         finally:
-            await run.close()
+            await stream.close()
 
     async def run(self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any) -> DuetResult:
         """Like :meth:`stream`, collected into one :class:`DuetResult`. Raises the run's error."""

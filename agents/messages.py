@@ -54,7 +54,9 @@ REASONER_NAME = "reasoner"
 ANSWERER_NAME = "answerer"
 """The answer agent's name in Duet's team; the team ends when it has spoken."""
 
-_TASK_TARGET = "duet"  # the team's name: the task is handed to the whole duet
+TEAM_NAME = "duet"
+"""The name of Duet's team (:func:`~duet.agents.build_team`); the task is handed to the whole team."""
+
 _KIND = "duet"  # the metadata key that marks Duet's own messages
 _REASONING = {_KIND: "reasoning"}
 _FAILED = {_KIND: "failed"}
@@ -102,7 +104,7 @@ def task_messages(conversation: list[LLMMessage], earlier_reasoning: str = "") -
     # a long conversation would cost every request.
     task: list[BaseChatMessage] = [
         HandoffMessage.model_construct(
-            source=CLIENT, target=_TASK_TARGET, content=last_user_text(conversation) or "(continue)", context=conversation
+            source=CLIENT, target=TEAM_NAME, content=last_user_text(conversation) or "(continue)", context=conversation
         )
     ]
     if earlier_reasoning:

@@ -4,29 +4,44 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from autogen_agentchat.base import Team
 from autogen_core import SingleThreadedAgentRuntime
+from autogen_core.models import ChatCompletionClient
+
+from .base import DuetAgent
 
 
 @dataclass(eq=False)
 class TeamSlot:
     """A team and, unless it embeds its own, the runtime it runs on (started for each run).
-    ``owns_agents``: the team's agents (and their model clients) were made for it alone, as when
-    a team that is not Duet's own is loaded whole, and close with it; otherwise the agents share
-    the pipeline's model clients, which the pipeline closes."""
+
+    What closes with it: ``owns_agents``, the team's agents and their model clients, made for it
+    alone when a team that is not Duet's own is loaded whole; otherwise ``own_clients``, the model
+    clients made for this team alone (those a pipeline does not share). The clients a
+    pipeline shares are closed by its :class:`~duet.agents.TeamFactory`, never by a team."""
 
     team: Team
     runtime: SingleThreadedAgentRuntime | None = None
     owns_agents: bool = False
+    own_clients: Sequence[ChatCompletionClient] = ()
 
     async def close(self) -> None:
+        clients = list(self.own_clients)
         if self.owns_agents:
             # BaseGroupChat has no public accessor for its participants (AutoGen Studio reads it too).
             for agent in getattr(self.team, "_participants", []):
                 with contextlib.suppress(Exception):
                     await agent.close()
+                # Duet's agents close their model client; AgentChat's (0.7.5, pinned) do not:
+                # BaseChatAgent.close does nothing, and AssistantAgent keeps its client in _model_client.
+                client = getattr(agent, "_model_client", None)
+                if client is not None and not isinstance(agent, DuetAgent):
+                    clients.append(client)
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
 
 
 class TeamPool:

@@ -13,7 +13,7 @@ from autogen_core.tools import BaseTool, Workbench
 from duet.workbenches import DuetWorkbench, ProxyTool
 
 from .answer_agent import AnswerAgent
-from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME
+from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME, TEAM_NAME
 from .model_client import ANSWER_MODEL_INFO
 from .reasoning_agent import ReasoningAgent
 from .settings import REASONER_MODEL_INFO, ModelSettings, PipelineSettings
@@ -51,7 +51,7 @@ def build_team(
     )
     return RoundRobinGroupChat(
         participants,  # type: ignore[arg-type]
-        name="duet",
+        name=TEAM_NAME,
         description=f"Duet pipeline '{settings.name}': a reasoning agent thinks, an answer agent replies and calls tools.",
         termination_condition=HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME]),
         runtime=runtime,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import asyncio
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
 from autogen_agentchat.base import Team, TerminationCondition
 from autogen_agentchat.teams import RoundRobinGroupChat
@@ -13,12 +17,13 @@ from autogen_core.models import ChatCompletionClient
 from .answer_agent import AnswerAgent
 from .base import DuetAgent, DuetAgentConfig
 from .errors import TeamLoadError
-from .model_client import ANSWER_MODEL_INFO
+from .messages import ANSWERER_NAME, REASONER_NAME
+from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from .pool import TeamSlot
 from .reasoning_agent import ReasoningAgent
 from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, PipelineSettings
-from .team import ANSWERER_NAME, REASONER_NAME, build_team
+from .team import build_team
 from .team_files import diagnose, load_team
 
 _DUET_AGENTS: dict[str, type[DuetAgent]] = {
@@ -29,11 +34,58 @@ _DUET_AGENTS: dict[str, type[DuetAgent]] = {
 _DUET_TEAMS = (RoundRobinGroupChat.component_provider_override, f"{RoundRobinGroupChat.__module__}.{RoundRobinGroupChat.__qualname__}")
 
 
+CLOSE_TIMEOUT = 5.0
+"""Seconds a factory that failed to load gives the clients it made to close."""
+
+
 def _provider_class(component: ComponentModel) -> type[DuetAgent] | None:
     agent = _DUET_AGENTS.get(component.provider)
     if agent is None or component.component_version not in (None, agent.component_version):
         return None
     return agent
+
+
+def made_for_concurrent_use(client: ChatCompletionClient) -> bool:
+    """True for the model clients one instance of which may serve every pooled team at once: Duet's
+    :class:`~duet.agents.OpenAICompatibleClient` and autogen-ext's OpenAI and Azure OpenAI clients
+    (a connection pool, nothing kept between calls but usage totals). Any other client, a subclass
+    of these included, is custom code that may keep state between calls (AutoGen's
+    ``ReplayChatCompletionClient`` replays a script), so each team gets its own."""
+    if type(client) is OpenAICompatibleClient:
+        return True
+    from autogen_ext.models.openai import AzureOpenAIChatCompletionClient, OpenAIChatCompletionClient  # imported once a client needs it
+
+    return type(client) in (OpenAIChatCompletionClient, AzureOpenAIChatCompletionClient)
+
+
+def _close_from_sync_code(clients: Iterable[ChatCompletionClient]) -> None:
+    """Closes ``clients`` before returning, from synchronous code (a factory that failed to load),
+    whether or not an event loop runs in this thread: on a loop of their own, in a thread. Clients
+    only just made hold nothing bound to another loop."""
+
+    async def close_all() -> None:
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    closer = threading.Thread(target=asyncio.run, args=(close_all(),), name="duet-close-clients", daemon=True)
+    closer.start()
+    closer.join(CLOSE_TIMEOUT)
+
+
+@dataclass(frozen=True, slots=True)
+class _Participant:
+    """One of Duet's agents in the team: made from ``config``, with ``shared_client`` or, when that
+    is None, a client of its own loaded from the config for each team."""
+
+    kind: type[DuetAgent]
+    config: DuetAgentConfig
+    shared_client: ChatCompletionClient | None
+
+    def client(self) -> ChatCompletionClient:
+        if self.shared_client is not None:
+            return self.shared_client
+        return ChatCompletionClient.load_component(self.config.model_client)
 
 
 class TeamFactory:
@@ -42,18 +94,20 @@ class TeamFactory:
 
     A ``RoundRobinGroupChat`` of Duet's own agents (what :func:`~duet.agents.build_team` and
     :func:`~duet.agents.export_team` make, and what AutoGen Studio keeps when it edits such a file)
-    is made fast: each participant's model client is created once, here, and shared by every team;
-    each call makes Duet's agents from their configs with those clients, in a new
-    ``RoundRobinGroupChat`` on a :class:`~duet.agents.runtime.LeanAgentRuntime` of its own (started
-    for each run). The shared clients are closed by whoever owns the factory (:meth:`Duet.close`),
-    never by a team.
+    is made fast: each call makes Duet's agents from their configs in a new ``RoundRobinGroupChat``
+    on a :class:`~duet.agents.runtime.LeanAgentRuntime` of its own (started for each run). A model
+    client made for concurrent use (:func:`made_for_concurrent_use`) is created once, here, and
+    shared by every team; any other client is loaded for each team and closed with its
+    :class:`~duet.agents.pool.TeamSlot`. A settings pipeline's teams share the clients its settings made.
 
     Any other team (another team type, or a participant that is not one of Duet's agents, such as
     an ``AssistantAgent`` added in AutoGen Studio) is loaded whole from the component for every
     team, on AgentChat's embedded runtime, with model clients of its own.
 
     Everything is loaded once when the factory is made, so a broken component fails here, with an
-    error naming the provider that broke (:class:`~duet.agents.TeamLoadError`).
+    error naming the provider that broke (:class:`~duet.agents.TeamLoadError`). The factory owns
+    the shared clients and the team it made to check the component until a request leases it:
+    :meth:`close` closes them.
     """
 
     def __init__(
@@ -64,75 +118,113 @@ class TeamFactory:
         origin: str = "component",
     ) -> None:
         """``model_clients``: the clients of participants by name, already made (a settings
-        pipeline's); a participant not named gets the client its config describes, loaded once."""
+        pipeline's), shared by every team and owned by the factory from here on (closed by
+        :meth:`close`, or at once if the component does not load); a participant not named gets
+        the client its config describes."""
         self._config = config
         self._origin = origin
-        self._spare: list[TeamSlot] = []  # the team made to check the component, handed out first
         self._team: RoundRobinGroupChatConfig | None = None
-        self._agents: list[tuple[type[DuetAgent], DuetAgentConfig, ChatCompletionClient]] = []
+        self._participants: list[_Participant] = []
+        self._spare: TeamSlot | None = None  # the team made to check the component, handed out first
+        made: list[ChatCompletionClient] = list((model_clients or {}).values())  # closed if loading fails
         try:
-            self._prepare(model_clients or {})
+            first_clients = self._prepare(model_clients or {}, made)
             if self._team is None:
-                self._spare.append(TeamSlot(load_team(config, origin), owns_agents=True))
+                self._spare = TeamSlot(load_team(config, origin), owns_agents=True)
             else:
-                self._spare.append(self())
-        except TeamLoadError:
-            raise
+                self._spare = self._duet_slot(first_clients)
         except Exception as exc:
+            _close_from_sync_code(made)
+            if isinstance(exc, TeamLoadError):
+                raise
             raise TeamLoadError(f"cannot load team {origin}: {diagnose(config, exc)}") from exc
 
     @classmethod
     def from_settings(cls, settings: PipelineSettings) -> "TeamFactory":
         """The factory of a settings pipeline: its model clients are made here, once."""
-        answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
-        reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO) if settings.reasoner else None
-        config = build_team(settings, answer_client, reasoner_client).dump_component()
-        clients = {ANSWERER_NAME: answer_client} | ({REASONER_NAME: reasoner_client} if reasoner_client else {})
+        clients: dict[str, ChatCompletionClient] = {}
+        try:
+            clients[ANSWERER_NAME] = settings.answer.build_client(ANSWER_MODEL_INFO)
+            if settings.reasoner is not None:
+                clients[REASONER_NAME] = settings.reasoner.build_client(REASONER_MODEL_INFO)
+            config = build_team(settings, clients[ANSWERER_NAME], clients.get(REASONER_NAME)).dump_component()
+        except Exception:
+            _close_from_sync_code(clients.values())
+            raise
         return cls(config, clients, origin=f"of pipeline '{settings.name}'")
 
-    def _prepare(self, given: Mapping[str, ChatCompletionClient]) -> None:
-        """Reads Duet's team type and agents from the component and creates their clients; leaves
-        ``_team`` unset for any other team."""
+    def _prepare(self, given: Mapping[str, ChatCompletionClient], made: list[ChatCompletionClient]) -> list[ChatCompletionClient]:
+        """Reads Duet's team type and agents from the component and creates their clients (each
+        added to ``made`` at once); returns the clients of the first team. Leaves ``_team`` unset
+        for any other team."""
         if self._config.provider not in _DUET_TEAMS:
-            return
+            return []
         team = RoundRobinGroupChatConfig.model_validate(self._config.config)
         kinds = [_provider_class(participant) for participant in team.participants]
         if any(kind is None for kind in kinds):
-            return
+            return []
+        first_clients: list[ChatCompletionClient] = []
         for kind, participant in zip(kinds, team.participants, strict=True):
             assert kind is not None
             config: DuetAgentConfig = kind.component_config_schema.model_validate(participant.config)  # type: ignore[attr-defined]
-            client = given.get(config.name) or ChatCompletionClient.load_component(config.model_client)
-            self._agents.append((kind, config, client))
+            client = given.get(config.name)
+            if client is None:
+                client = ChatCompletionClient.load_component(config.model_client)
+                made.append(client)
+            shared = config.name in given or made_for_concurrent_use(client)
+            self._participants.append(_Participant(kind, config, client if shared else None))
+            first_clients.append(client)
         self._team = team
+        return first_clients
 
     def __call__(self) -> TeamSlot:
         """A team for the pool (on its own runtime, unless the team embeds one)."""
-        if self._spare:
-            return self._spare.pop()
+        if self._spare is not None:
+            slot, self._spare = self._spare, None
+            return slot
         if self._team is None:
             return TeamSlot(Team.load_component(self._config), owns_agents=True)
-        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
-        return TeamSlot(self._build(runtime), runtime)
+        return self._duet_slot([participant.client() for participant in self._participants])
 
     def standalone(self) -> Team:
-        """A team on an embedded runtime, to run with AgentChat directly or to dump; a Duet team
-        shares the factory's model clients."""
-        return Team.load_component(self._config) if self._team is None else self._build(None)
+        """A team loaded from the component as AgentChat loads it, on an embedded runtime, to run
+        with AgentChat directly or to dump. Its agents have model clients of their own, which the
+        factory does not close: closing the agents closes them."""
+        return load_team(self._config, self._origin)
 
     @property
     def model_clients(self) -> list[ChatCompletionClient]:
         """The shared model clients (none for a team loaded whole: its teams own theirs)."""
         unique: dict[int, ChatCompletionClient] = {}
-        for _, _, client in self._agents:
-            unique.setdefault(id(client), client)
+        for participant in self._participants:
+            if participant.shared_client is not None:
+                unique.setdefault(id(participant.shared_client), participant.shared_client)
         return list(unique.values())
 
-    def _build(self, runtime: AgentRuntime | None) -> RoundRobinGroupChat:
-        """As ``RoundRobinGroupChat._from_config``, with the shared clients and ``runtime``."""
+    async def close(self) -> None:
+        """Closes the team made to check the component if no request leased it, then the shared
+        model clients. Teams handed out are their holders' to close (:meth:`TeamSlot.close`)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.close()
+        for client in self.model_clients:
+            await client.close()
+
+    def _duet_slot(self, clients: list[ChatCompletionClient]) -> TeamSlot:
+        """A team of Duet's agents with ``clients`` (one for each participant) on a runtime of its
+        own; the slot owns the clients that are not shared."""
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        own = [client for participant, client in zip(self._participants, clients, strict=True) if participant.shared_client is None]
+        return TeamSlot(self._build(runtime, clients), runtime, own_clients=own)
+
+    def _build(self, runtime: AgentRuntime, clients: list[ChatCompletionClient]) -> RoundRobinGroupChat:
+        """As ``RoundRobinGroupChat._from_config``, with ``clients`` and ``runtime``."""
         team = self._team
         assert team is not None
-        participants: list[Any] = [kind._from_config(config, client) for kind, config, client in self._agents]  # type: ignore[attr-defined]
+        participants: list[Any] = [
+            participant.kind._from_config(participant.config, client)  # type: ignore[attr-defined]
+            for participant, client in zip(self._participants, clients, strict=True)
+        ]
         termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
         return RoundRobinGroupChat(
             participants,

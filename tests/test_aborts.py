@@ -12,12 +12,8 @@ import pytest
 import yaml
 from autogen_core import CancellationToken
 
-from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings
+from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, TeamFactory
 from duet.agents.pool import TeamSlot
-from duet.agents.model_client import ANSWER_MODEL_INFO
-from duet.agents.runtime import LeanAgentRuntime
-from duet.agents.settings import REASONER_MODEL_INFO
-from duet.agents.team import build_team
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
 from tests.hang_ups import alarming_lines, hang_ups
 from tests.scripted_upstream import Reply, ScriptedUpstream
@@ -77,18 +73,15 @@ def test_a_run_whose_client_already_left_leases_no_team_and_calls_no_model(upstr
         reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
         answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER),
     )
-    answer_client = settings.answer.build_client(ANSWER_MODEL_INFO)
-    reasoner_client = settings.reasoner.build_client(REASONER_MODEL_INFO)  # type: ignore[union-attr]
     leased: list[TeamSlot] = []
 
-    def team_factory() -> TeamSlot:
-        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
-        leased.append(TeamSlot(build_team(settings, answer_client, reasoner_client, runtime=runtime), runtime))
-        return leased[-1]
+    class LeaseRecordingFactory(TeamFactory):
+        def __call__(self) -> TeamSlot:
+            leased.append(super().__call__())
+            return leased[-1]
 
     async def main() -> list[Any]:
-        duet = Duet(team_factory, team_builder=lambda: build_team(settings, answer_client, reasoner_client),
-                    model_clients=[answer_client, reasoner_client])
+        duet = Duet(LeaseRecordingFactory.from_settings(settings))
         async with duet:
             token = CancellationToken()
             token.cancel()  # the client hung up before the run started

@@ -119,6 +119,8 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
     ) -> ToolResult:
         """Calls ``tool`` with this workbench's request, as ``StaticWorkbench.call_tool`` calls any
         tool: cancellable by the token, a raised error as an error result."""
+        # A copy of autogen-core 0.7.5's StaticWorkbench.call_tool (and of the non-stream branch of
+        # StaticStreamWorkbench.call_tool_stream), pinned in pyproject.toml: re-check it on upgrade.
         token = cancellation_token or CancellationToken()
         try:
             future = asyncio.ensure_future(tool.run_json(arguments or {}, token, call_id, request=self._request))

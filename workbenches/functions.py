@@ -175,6 +175,8 @@ class PythonFunctionTool(BaseTool[BaseModel, Any], Component[PythonFunctionToolC
         the function's ``_context`` gets."""
         if request is None:
             return await super().run_json(args, cancellation_token, call_id)
+        # A copy of autogen-core 0.7.5's BaseTool.run_json (pinned in pyproject.toml) with the
+        # request passed on: re-check it on upgrade.
         with trace_tool_span(tool_name=self.name, tool_description=self.description, tool_call_id=call_id):
             value = await self._call(self.args_type().model_validate(args), cancellation_token, request)
         if _event_logger.isEnabledFor(logging.INFO):
