@@ -54,9 +54,12 @@ def test_new_team_runs_with_agentchat(upstream: ScriptedUpstream) -> None:
 
     async def main() -> list[str]:
         duet = Duet.from_settings(settings(upstream))
+        team = duet.new_team()
         try:
-            result = await asyncio.wait_for(duet.new_team().run(task="hi"), 10)
+            result = await asyncio.wait_for(team.run(task="hi"), 10)
         finally:
+            for agent in team._participants:  # type: ignore[attr-defined]  # a standalone team's agents are the caller's to close
+                await agent.close()
             await duet.close()
         return [m.content for m in result.messages if isinstance(m, TextMessage)]
 
@@ -64,8 +67,8 @@ def test_new_team_runs_with_agentchat(upstream: ScriptedUpstream) -> None:
 
 
 def test_team_file_pipelines_close_the_clients_they_load() -> None:
-    """Each pooled team of a team file has its own model clients: failed teams and, at close, idle
-    teams close them, and with them their upstream connections."""
+    """The model clients a team-file pipeline loads (shared by its pooled teams) are closed with the
+    pipeline, and with them their upstream connections; failed teams close whatever they own."""
     with ScriptedUpstream() as upstream:  # its own: other servers keep pooled connections to the shared one
         _close_the_clients(upstream)
 
