@@ -50,8 +50,9 @@ def cases(histories: list[int], tool_counts: list[int]) -> dict[str, dict[str, A
     """Each request measured, by its label."""
     found = {f"history {n} messages": chat_body("duet", history(n)) for n in histories}
     for n in tool_counts:
-        found[f"{n} tools, text answer"] = chat_body("duet", tools=tools(n))
-        found[f"{n} tools, tool call"] = chat_body("duet", [{"role": "user", "content": f"Weather for the picnic? {TOOL_CALL_MARK}"}], tools(n))
+        name = f"{n} tool{'s' if n != 1 else ''}"
+        found[f"{name}, text answer"] = chat_body("duet", tools=tools(n))
+        found[f"{name}, tool call"] = chat_body("duet", [{"role": "user", "content": f"Weather for the picnic? {TOOL_CALL_MARK}"}], tools(n))
     return found
 
 
