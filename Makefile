@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make serve   set up (a virtualenv in .venv) and run the service
 #   make test    set up (service + test dependencies) and run the tests
-# `make bench` measures Duet against the scripted upstream (see bench/bench.py).
+# `make bench` measures Duet against the minimal relay and the scripted upstream, side by side, then how
+# its cost grows with history, tools and open streams (see bench/bench.py, bench/growth.py).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -18,6 +19,7 @@ test: $(VENV)/.test-ready
 
 bench: $(VENV)/.serve-ready
 	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/growth.py
 
 $(VENV)/.serve-ready: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

@@ -1,15 +1,16 @@
-"""Duet's overhead against calling the upstream models directly.
+"""Duet against the floor: the minimal two-stage relay and the upstream called directly, in one run.
 
-Starts the scripted upstream (``tests/scripted_upstream.py``) and ``duet serve`` as separate
-processes on loopback, then measures, for a streamed two-stage request (reasoning N tokens, then
-answer N tokens):
+Starts the scripted upstream (``tests/scripted_upstream.py``), ``duet serve`` and the minimal relay
+(``bench/relay.py``) as separate processes on loopback, then measures, for a streamed two-stage
+request (reasoning N tokens, then answer N tokens), in ``--rounds`` interleaved rounds (Duet, the
+relay, Duet, the relay...; so a busy machine hits both alike), and prints the medians:
 
-- time to first token: Duet's first reasoning delta vs the reasoning model's first delta, direct;
-- requests/s at concurrency 1 and 16: through Duet vs a client making both upstream calls itself;
-- Duet's own CPU time per request (user + system time of the ``duet`` process, from /proc);
-- Duet's memory: resident set size at start, after all runs, and its peak.
+- own CPU per request (user + system time of the server process, from /proc) at c=1 and c=16;
+- time to first token (p50, c=1) and its overhead over the reasoning model's first token, direct;
+- requests/s at c=1, 16 and 64 (direct: a client making both upstream calls itself);
+- resident memory at rest (started, before any request) and after the runs, and its peak.
 
-Run from the repository root: ``python bench/bench.py`` (``--help`` for options).
+Ratios are Duet / relay. Run from the repository root: ``python bench/bench.py`` (``--help``).
 """
 
 from __future__ import annotations
@@ -18,118 +19,126 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import time
+from typing import Any
 
-import aiohttp
+from harness import (ANSWER, REASONER, chat_body, client_session, cpu_seconds, median, memory_mb, ratio, served,
+                     stream_once, throughput)
 
-from harness import ANSWER, REASONER, cpu_seconds, memory_mb, served
-
-
-class Client:
-    """Streams one chat completion and notes when the first token and the end arrive."""
-
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self.session = session
-
-    async def stream(self, url: str, model: str) -> tuple[float, float]:
-        body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Plan a picnic for four."}]}
-        start = time.perf_counter()
-        first = 0.0
-        async with self.session.post(url, json=body) as response:
-            assert response.status == 200, await response.text()
-            async for line in response.content:
-                if not first and (b'"reasoning_content"' in line or b'"content":"' in line and b'"content":""' not in line):
-                    first = time.perf_counter() - start
-        return first, time.perf_counter() - start
+CONCURRENCY = (1, 16, 64)
 
 
-async def direct_pair(client: Client, upstream: str) -> tuple[float, float]:
+async def direct_pair(session: Any, upstream: str) -> None:
     """What a client without Duet does: ask the reasoning model, then the answer model."""
-    first, _ = await client.stream(upstream, REASONER)
-    _, _ = await client.stream(upstream, ANSWER)
-    return first, 0.0
+    await stream_once(session, upstream, chat_body(REASONER))
+    await stream_once(session, upstream, chat_body(ANSWER))
 
 
-async def throughput(call, concurrency: int, seconds: float) -> float:
-    done = 0
-    deadline = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        nonlocal done
-        while time.perf_counter() < deadline:
-            await call()
-            done += 1
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done / (time.perf_counter() - start)
-
-
-async def measure(args: argparse.Namespace, duet_pid: int, duet_url: str, upstream_url: str) -> dict[str, float]:
-    results: dict[str, float] = {}
-
-    def session() -> aiohttp.ClientSession:
-        # A session per phase: a connection left idle through another phase may be closed by the
-        # server's keep-alive timeout just as it is reused, which would fail a request spuriously.
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-
-    results["duet_rss_started_mb"] = memory_mb(duet_pid)[0]
-    async with session() as warm:
-        client = Client(warm)
-        for _ in range(args.warmup):
-            await client.stream(duet_url, "duet")
-            await direct_pair(client, upstream_url)
-
-    async with session() as http:
-        client = Client(http)
-        ttft_direct = [(await client.stream(upstream_url, REASONER))[0] for _ in range(args.requests)]
-    async with session() as http:
-        client = Client(http)
-        ttft_duet = [(await client.stream(duet_url, "duet"))[0] for _ in range(args.requests)]
-        cpu_before = cpu_seconds(duet_pid)
+async def measure_server(args: argparse.Namespace, pid: int, url: str) -> dict[str, float]:
+    """One round of one server (Duet or the relay): TTFT and CPU at c=1, then throughput and CPU at c=16 and 64."""
+    figures: dict[str, float] = {}
+    body = chat_body("duet")
+    async with client_session() as http:
+        ttft = [(await stream_once(http, url, body))[0] for _ in range(args.requests)]
+        cpu_before = cpu_seconds(pid)
+        start = time.perf_counter()
         for _ in range(args.requests):
-            await client.stream(duet_url, "duet")
-        results["duet_cpu_ms_per_request"] = (cpu_seconds(duet_pid) - cpu_before) / args.requests * 1000
-    results["ttft_direct_ms"] = statistics.median(ttft_direct) * 1000
-    results["ttft_duet_ms"] = statistics.median(ttft_duet) * 1000
-    results["ttft_overhead_ms"] = results["ttft_duet_ms"] - results["ttft_direct_ms"]
+            await stream_once(http, url, body)
+        elapsed = time.perf_counter() - start
+        figures["cpu_ms_c1"] = (cpu_seconds(pid) - cpu_before) / args.requests * 1000
+        figures["rps_c1"] = args.requests / elapsed
+    figures["ttft_ms"] = median(ttft) * 1000
+    for concurrency in CONCURRENCY[1:]:
+        async with client_session() as http:
+            cpu_before = cpu_seconds(pid)
+            done, elapsed = await throughput(lambda: stream_once(http, url, body), concurrency, args.seconds)
+            figures[f"cpu_ms_c{concurrency}"] = (cpu_seconds(pid) - cpu_before) / max(1, done) * 1000
+            figures[f"rps_c{concurrency}"] = done / elapsed
+    return figures
 
-    for concurrency in (1, 16):
-        async with session() as http:
-            client = Client(http)
-            results[f"rps_direct_c{concurrency}"] = await throughput(lambda c=client: direct_pair(c, upstream_url), concurrency, args.seconds)
-        async with session() as http:
-            client = Client(http)
-            results[f"rps_duet_c{concurrency}"] = await throughput(lambda c=client: c.stream(duet_url, "duet"), concurrency, args.seconds)
-    results["duet_rss_after_mb"], results["duet_rss_peak_mb"] = memory_mb(duet_pid)
+
+async def measure_direct(args: argparse.Namespace, upstream: str) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    async with client_session() as http:
+        figures["ttft_ms"] = median([(await stream_once(http, upstream, chat_body(REASONER)))[0] for _ in range(args.requests)]) * 1000
+    for concurrency in CONCURRENCY:
+        async with client_session() as http:
+            done, elapsed = await throughput(lambda: direct_pair(http, upstream), concurrency, args.seconds)
+            figures[f"rps_c{concurrency}"] = done / elapsed
+    return figures
+
+
+async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]], upstream: str) -> dict[str, dict[str, float]]:
+    """``servers``: name → (PID, chat completions URL). Medians over the rounds, per name and figure."""
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in (*servers, "direct")}
+    at_rest = {name: memory_mb(pid)[0] for name, (pid, _) in servers.items()}
+    async with client_session() as warm:
+        for _ in range(args.warmup):
+            for _, url in servers.values():
+                await stream_once(warm, url, chat_body("duet"))
+            await direct_pair(warm, upstream)
+    for _ in range(args.rounds):
+        for name, (pid, url) in servers.items():
+            rounds[name].append(await measure_server(args, pid, url))
+        rounds["direct"].append(await measure_direct(args, upstream))
+    results = {name: {key: median([r[key] for r in runs]) for key in runs[0]} for name, runs in rounds.items()}
+    direct_ttft = results["direct"]["ttft_ms"]
+    for name, (pid, _) in servers.items():
+        results[name]["ttft_overhead_ms"] = results[name]["ttft_ms"] - direct_ttft
+        results[name]["rss_at_rest_mb"] = at_rest[name]
+        results[name]["rss_after_mb"], results[name]["rss_peak_mb"] = memory_mb(pid)
     return results
+
+
+ROWS = [  # (label, figure, format, whether direct has it)
+    ("own CPU ms per request, c=1", "cpu_ms_c1", "{:.2f}", False),
+    ("own CPU ms per request, c=16", "cpu_ms_c16", "{:.2f}", False),
+    ("own CPU ms per request, c=64", "cpu_ms_c64", "{:.2f}", False),
+    ("TTFT p50 ms, c=1", "ttft_ms", "{:.2f}", True),
+    ("TTFT overhead over direct, ms", "ttft_overhead_ms", "{:.2f}", False),
+    ("requests/s, c=1", "rps_c1", "{:.0f}", True),
+    ("requests/s, c=16", "rps_c16", "{:.0f}", True),
+    ("requests/s, c=64", "rps_c64", "{:.0f}", True),
+    ("RSS at rest, MB", "rss_at_rest_mb", "{:.0f}", False),
+    ("RSS after load, MB", "rss_after_mb", "{:.0f}", False),
+    ("RSS peak, MB", "rss_peak_mb", "{:.0f}", False),
+]
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    """The side-by-side table, in Markdown (it reads as plain text too)."""
+    lines = ["| | Duet | minimal relay | Duet / relay | direct |", "|---|---|---|---|---|"]
+    for label, key, form, direct in ROWS:
+        duet, relay = results["duet"][key], results["relay"][key]
+        lines.append(f"| {label} | {form.format(duet)} | {form.format(relay)} | {ratio(duet, relay):.2f}× | "
+                     f"{form.format(results['direct'][key]) if direct else '–'} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=40, help="tokens per stage (default 40)")
-    parser.add_argument("--requests", type=int, default=300, help="requests for the TTFT and CPU figures")
+    parser.add_argument("--requests", type=int, default=300, help="requests per round for the c=1 figures (TTFT, CPU)")
     parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run (c=16, c=64)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (Duet, relay, direct); medians are printed")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()
     tokens = ["--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens)]
-    with served(tokens) as services:
-        results = asyncio.run(
-            measure(args, services.duet.pid, f"{services.base_url}/v1/chat/completions", f"{services.upstream_base}/chat/completions")
-        )
+    with served(tokens, relay=True) as services:
+        servers = {"duet": (services.duet.pid, f"{services.base_url}/v1/chat/completions"),
+                   "relay": (services.relay.pid, f"{services.relay_url}/v1/chat/completions")}  # type: ignore[union-attr]
+        results = asyncio.run(measure(args, servers, f"{services.upstream_base}/chat/completions"))
+    load_after = os.getloadavg()
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({**results, "load_average": {"before": load_before, "after": load_after}}, indent=2))
         return
-    print(f"streamed two-stage request, {args.tokens} reasoning + {args.tokens} answer tokens, {os.cpu_count()} cores")
-    print(f"  time to first token   direct {results['ttft_direct_ms']:.2f} ms   duet {results['ttft_duet_ms']:.2f} ms   overhead {results['ttft_overhead_ms']:.2f} ms")
-    print(f"  duet CPU per request  {results['duet_cpu_ms_per_request']:.2f} ms")
-    for c in (1, 16):
-        print(f"  requests/s c={c:<3}      direct {results[f'rps_direct_c{c}']:.1f}   duet {results[f'rps_duet_c{c}']:.1f}")
-    print(f"  duet memory (RSS)     started {results['duet_rss_started_mb']:.0f} MB   after the runs "
-          f"{results['duet_rss_after_mb']:.0f} MB   peak {results['duet_rss_peak_mb']:.0f} MB")
+    print(f"streamed two-stage request, {args.tokens} reasoning + {args.tokens} answer tokens; {os.cpu_count()} cores; "
+          f"medians of {args.rounds} interleaved rounds ({args.requests} requests at c=1, {args.seconds:g} s at c=16 and c=64)")
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+    print(table(results))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """What the benchmark scripts share: free ports, figures from /proc, and the services on loopback —
-the scripted upstream (``tests/scripted_upstream.py``) and ``duet serve``, each its own process.
+the scripted upstream (``tests/scripted_upstream.py``), ``duet serve`` and, when asked, the minimal
+relay (``bench/relay.py``, the floor), each its own process.
 
 ``duet serve`` gets a clean environment (no ``DUET_*`` variable of the caller's leaks in), points
 both stages at the upstream, and is stopped by its PID whatever happens.
@@ -7,16 +8,19 @@ both stages at the upstream, and is stopped by its PID whatever happens.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Sequence
+from typing import IO, Any, Awaitable, Callable, Iterator, Sequence
 
+import aiohttp
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +42,57 @@ def memory_mb(pid: int) -> tuple[float, float]:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def client_session() -> aiohttp.ClientSession:
+    """A client pool for one phase of a benchmark: a connection left idle through another phase may
+    be closed by the server's keep-alive timeout just as it is reused, failing a request spuriously."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600))
+
+
+def chat_body(model: str, messages: list[dict[str, Any]] | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A streamed chat completion request (the bench's short question unless ``messages``)."""
+    body: dict[str, Any] = {"model": model, "stream": True, "messages": messages or [{"role": "user", "content": "Plan a picnic for four."}]}
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+async def stream_once(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[float, float]:
+    """Streams one chat completion; seconds to its first reasoning or content token, and to its end."""
+    start = time.perf_counter()
+    first = 0.0
+    async with session.post(url, json=body) as response:
+        assert response.status == 200, await response.text()
+        async for line in response.content:
+            if not first and (b'"reasoning_content"' in line or b'"content":"' in line and b'"content":""' not in line
+                              or b'"tool_calls"' in line):
+                first = time.perf_counter() - start
+    return first, time.perf_counter() - start
+
+
+async def throughput(call: Callable[[], Awaitable[object]], concurrency: int, seconds: float) -> tuple[int, float]:
+    """``concurrency`` workers calling ``call`` back to back for ``seconds``: calls done, seconds taken."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await call()
+            done += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done, time.perf_counter() - start
 
 
 def wait_up(url: str, timeout: float = 30) -> None:
@@ -83,6 +138,18 @@ def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.D
     return duet
 
 
+def start_relay(port: int, upstream_base: str) -> subprocess.Popen[bytes]:
+    """The minimal two-stage relay (``bench/relay.py``) on ``port``, both stages on ``upstream_base``."""
+    relay = subprocess.Popen([sys.executable, str(ROOT / "bench" / "relay.py"), "--port", str(port), "--upstream", upstream_base,
+                              "--reasoner", REASONER, "--answer", ANSWER], cwd=ROOT)
+    try:
+        wait_up(f"http://127.0.0.1:{port}/health")
+    except BaseException:
+        stop(relay)
+        raise
+    return relay
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
@@ -97,17 +164,25 @@ class Services:
     duet: subprocess.Popen[bytes]
     port: int
     upstream_base: str
+    upstream: subprocess.Popen[bytes] | None = None
+    relay: subprocess.Popen[bytes] | None = None
+    relay_port: int = 0
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def relay_url(self) -> str:
+        return f"http://127.0.0.1:{self.relay_port}"
+
 
 @contextlib.contextmanager
 def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
-           log: IO[str] | int = subprocess.DEVNULL) -> Iterator[Services]:
+           log: IO[str] | int = subprocess.DEVNULL, relay: bool = False) -> Iterator[Services]:
     """The scripted upstream (``upstream_args`` for its command line) and ``duet serve`` with both
-    stages on it and no API keys (``env`` adds or overrides ``DUET_*`` variables)."""
+    stages on it and no API keys (``env`` adds or overrides ``DUET_*`` variables); with ``relay``,
+    the minimal relay on the same upstream too."""
     upstream_port, port = free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port), *upstream_args],
                                 cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -118,7 +193,15 @@ def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
                                  "DUET_ANSWER_BASE_URL": upstream_base, "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": "",
                                  **(env or {})}, log)
         try:
-            yield Services(duet, port, upstream_base)
+            if not relay:
+                yield Services(duet, port, upstream_base, upstream)
+                return
+            relay_port = free_port()
+            relay_process = start_relay(relay_port, upstream_base)
+            try:
+                yield Services(duet, port, upstream_base, upstream, relay_process, relay_port)
+            finally:
+                stop(relay_process)
         finally:
             stop(duet)
     finally:

@@ -16,7 +16,9 @@ Dify's ``requests``-based client) and the service under test can all talk to it:
         upstream.script("qwen", Reply(content=["Hel", "lo"]))
         ...  # point a client at upstream.base_url
 
-``python -m tests.scripted_upstream --port 9000`` serves a fixed answer (benchmarks).
+``python -m tests.scripted_upstream --port 9000`` serves a fixed answer (benchmarks): reasoning for a
+reasoning model, else content, or a call of the first tool when the last user message has
+:data:`BENCH_TOOL_CALL_MARK` and the request has tools.
 """
 
 from __future__ import annotations
@@ -439,6 +441,10 @@ async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
     return True
 
 
+BENCH_TOOL_CALL_MARK = "[call a tool]"
+"""In the last user message of a benchmark's request with tools: the answer model calls the first tool."""
+
+
 def _bench_responder(reasoning_tokens: int, answer_tokens: int, delay_between: float = 0.0) -> Responder:
     reasoning = [f"thought{i} " for i in range(reasoning_tokens)]
     content = [f"word{i} " for i in range(answer_tokens)]
@@ -447,9 +453,17 @@ def _bench_responder(reasoning_tokens: int, answer_tokens: int, delay_between: f
         model = body.get("model", "")
         if "r1" in model or "reason" in model:
             return Reply(reasoning=reasoning, delay_between=delay_between)
+        if body.get("tools") and _asks_for_a_tool_call(body):
+            call = ScriptedCall(body["tools"][0]["function"]["name"], '{"city": "Paris", "days": 3}', pieces=4)
+            return Reply(tool_calls=[call], delay_between=delay_between)
         return Reply(content=content, delay_between=delay_between)
 
     return respond
+
+
+def _asks_for_a_tool_call(body: dict[str, Any]) -> bool:
+    last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
+    return isinstance(last.get("content"), str) and BENCH_TOOL_CALL_MARK in last["content"]
 
 
 def main() -> None:
