@@ -25,29 +25,60 @@ def given_flags(args: argparse.Namespace, *names: str) -> dict[str, object]:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
-SERVE_FLAGS = ("config", "team", "model_name", "reasoning_output", "host", "port")
+SERVE_FLAGS = ("config", "team", "model_name", "reasoning_output", "host", "port", "workers")
 """The flags of ``duet serve``, each the name of an :class:`~duet.api.settings.EnvSettings` field."""
+
+
+def start_process(log_level: str) -> None:
+    """What a process that serves Duet sets before it builds the app (``duet serve`` and each of its workers)."""
+    from .process import configure_process
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Duet's own loggers only: AutoGen's INFO logs describe every runtime message.
+    logging.getLogger("duet").setLevel(log_level.upper())
+    configure_process()
+
+
+def one_line(exc: Exception) -> str:
+    """An error for the operator on one line: a settings error names each field and what is wrong with it."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    problems = []
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        where = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
 
 
 def _serve(args: argparse.Namespace) -> None:
     _import_from_working_directory()
     from .app import ServiceConfig, create_app
-    from .process import configure_process
     from .server import serve
     from .settings import EnvSettings
+    from .workers import Supervisor, WorkerSpec, listen
 
     try:
         env = EnvSettings(**given_flags(args, *SERVE_FLAGS))  # reads the YAML file's service-wide options too
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        # Duet's own loggers only: AutoGen's INFO logs describe every runtime message.
-        logging.getLogger("duet").setLevel(env.log_level.upper())
-        configure_process()
+        start_process(env.log_level)
         config = ServiceConfig.from_env(env)
-        app = create_app(config)  # builds every pipeline: fails before binding the port
+        app = create_app(config)  # builds every pipeline: fails before binding the port (once, for every worker)
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
-        print(f"duet: cannot start: {exc}", file=sys.stderr)
+        print(f"duet: cannot start: {one_line(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
-    serve(app, config.options, app.state.gate, host=env.host, port=env.port, log_level=env.log_level.lower())
+    if env.workers == 1:
+        serve(app, config.options, app.state.gate, host=env.host, port=env.port, log_level=env.log_level.lower())
+        return
+    del app  # it proved the configuration builds; each worker builds its own
+    try:
+        listener = listen(env.host, env.port)
+    except OSError as exc:
+        print(f"duet: cannot start: cannot listen on {env.host}:{env.port}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    spec = WorkerSpec(config, env.host, env.port, env.log_level.lower())
+    raise SystemExit(Supervisor(spec, listener, env.workers).run())
 
 
 def _export_team(args: argparse.Namespace) -> None:
@@ -98,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--team", help="serve this team JSON file as the only pipeline (DUET_TEAM)")
     serve.add_argument("--model-name", help="served model name (DUET_MODEL_NAME, default duet)")
     serve.add_argument("--reasoning-output", choices=["reasoning_content", "think", "hidden"], help="DUET_REASONING_OUTPUT")
+    serve.add_argument("--workers", help="server processes on the port: a number, or auto for the usable cores (DUET_WORKERS, default 1)")
     serve.set_defaults(handler=_serve)
 
     export = commands.add_parser("export-team", help="write a pipeline as an AutoGen team component (for AutoGen Studio)")

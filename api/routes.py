@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Mapping
 
 from fastapi import Depends, FastAPI, Request
@@ -51,6 +52,7 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
             body["pipelines"] = list(pipelines)
             body["in_flight"] = svc.in_flight if svc is not None else 0
             body["tasks"] = len(asyncio.all_tasks())
+            body["pid"] = os.getpid()  # which worker answered (duet serve --workers)
             body["mcp_servers"] = {name: status for name, duet in pipelines.items() if (status := duet.services.status())}
         return JSONResponse(body, status_code=200 if is_ready else 503)
 

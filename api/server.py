@@ -16,8 +16,9 @@ import contextlib
 import json
 import logging
 import resource
+import socket
 import time
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -172,15 +173,19 @@ class EdgeServer(uvicorn.Server):
     lets running requests finish for ``shutdown_timeout`` seconds, then has the app end the rest
     (streams with one error event, others with 503) and exits."""
 
-    def __init__(self, config: uvicorn.Config, options: ServiceOptions, gate: Drainable) -> None:
+    def __init__(self, config: uvicorn.Config, options: ServiceOptions, gate: Drainable,
+                 on_started: Callable[[], None] | None = None) -> None:
         super().__init__(config)
         self.options = options
         self.gate = gate
+        self.on_started = on_started
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
         if self.started:  # the lifespan has run: what it opened (MCP sessions, the service) lives as long as the process
             freeze_startup_objects()
+            if self.on_started is not None:
+                self.on_started()
 
     async def shutdown(self, sockets: Any = None) -> None:
         logger.info("shutting down: draining for up to %g s", self.options.shutdown_timeout)
@@ -236,8 +241,11 @@ def raise_open_file_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def serve(app: Any, options: ServiceOptions, gate: Drainable, *, host: str, port: int, log_level: str) -> None:
-    """Runs ``app`` until SIGTERM/SIGINT, with the edge's limits."""
+def serve(app: Any, options: ServiceOptions, gate: Drainable, *, host: str, port: int, log_level: str,
+          sockets: list[socket.socket] | None = None, on_started: Callable[[], None] | None = None) -> None:
+    """Runs ``app`` until SIGTERM/SIGINT, with the edge's limits: on ``host``:``port``, or on
+    ``sockets`` already listening (a worker of :mod:`duet.api.workers`). ``on_started`` is called
+    once the app has started and serves."""
     files = raise_open_file_limit()
     if files != resource.RLIM_INFINITY and options.max_connections > files - FILES_BESIDES_CONNECTIONS:
         fitting = max(files - FILES_BESIDES_CONNECTIONS, 1)
@@ -253,4 +261,4 @@ def serve(app: Any, options: ServiceOptions, gate: Drainable, *, host: str, port
     )
     logging.getLogger("uvicorn.access").addFilter(RedactQueryStrings())
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once it has shut down
-        EdgeServer(config, options, gate).run()
+        EdgeServer(config, options, gate, on_started).run(sockets)

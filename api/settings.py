@@ -3,11 +3,13 @@ YAML file, in that order of precedence (pydantic-settings sources, see :class:`E
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -20,6 +22,33 @@ from duet.workbenches import ToolsSettings
 MiB = 1024 * 1024
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container or ``taskset`` sets it),
+    not every core of the machine."""
+    counted = getattr(os, "process_cpu_count", None)  # Python 3.13+: also honours PYTHON_CPU_COUNT
+    if counted is not None:
+        return counted() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _worker_count(value: Any) -> int:
+    """``auto`` (the usable cores) or a whole number of processes, at least 1."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return usable_cores()
+    try:
+        count = int(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        count = 0
+    if isinstance(value, (bool, float)) or count < 1:
+        raise ValueError(f"expected a whole number of processes (at least 1) or 'auto', got {value!r}")
+    return count
+
+
+WorkerCount = Annotated[int, BeforeValidator(_worker_count)]
+
+
 class ServiceOptions(BaseModel):
     """Service-wide settings, each settable both as a ``DUET_*`` variable (``DUET_MAX_BODY_BYTES``)
     and as a top-level key of the YAML file (``max_body_bytes``); the variable wins. Every wait has
@@ -30,6 +59,9 @@ class ServiceOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    workers: WorkerCount = Field(
+        1, ge=1, description="Server processes on the one port: a number, or auto (the cores Duet may use). More than one needs a shared state_url (SQLite or Redis); the limits below hold per process."
+    )
     ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
     state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path, redis://host:port/db or memory:// (one process only).")
     store_timeout: float = Field(DEFAULT_STORE_TIMEOUT, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
@@ -99,6 +131,16 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Highest first: arguments (command-line flags), ``DUET_*`` variables, the YAML file."""
         return init_settings, env_settings, ConfigFileOptions(settings_cls)
+
+    @model_validator(mode="after")
+    def _store_shared_by_workers(self) -> "EnvSettings":
+        """A tool round's follow-up may reach another worker: the hidden part must wait where every worker looks."""
+        if self.workers > 1 and urlsplit(self.state_url).scheme == "memory":
+            raise ValueError(
+                f"state_url memory:// keeps tool rounds inside one process, but workers is {self.workers}: "
+                "set DUET_STATE_URL / state_url to sqlite:///path or redis://host:port/db, or DUET_WORKERS / workers to 1"
+            )
+        return self
 
     @property
     def keys(self) -> list[str]:
