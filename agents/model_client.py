@@ -46,6 +46,8 @@ from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel, Field
 from typing_extensions import Self
 
+from duet.workbenches import derived_from
+
 from .errors import (
     UpstreamConnectionError,
     UpstreamError,
@@ -172,7 +174,7 @@ def tool_to_openai(tool: Tool | ToolSchema) -> dict[str, Any]:
     >>> tool_to_openai({"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}})
     {'type': 'function', 'function': {'name': 'weather', 'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}}}}
     """
-    schema = tool.schema if isinstance(tool, Tool) else tool
+    schema = _schema_of(tool)
     function: dict[str, Any] = {"name": schema["name"]}
     if "description" in schema:
         function["description"] = schema["description"]
@@ -181,6 +183,29 @@ def tool_to_openai(tool: Tool | ToolSchema) -> dict[str, Any]:
     if "strict" in schema:
         function["strict"] = schema["strict"]
     return {"type": "function", "function": function}
+
+
+def _schema_of(tool: Tool | ToolSchema) -> Mapping[str, Any]:
+    # A dict first: isinstance against the runtime-checkable Tool protocol inspects every member.
+    if isinstance(tool, dict):
+        return tool
+    return tool.schema if isinstance(tool, Tool) else tool  # type: ignore[return-value]
+
+
+def _encode_tool(schema: Mapping[str, Any]) -> str:
+    return json.dumps(tool_to_openai(schema), ensure_ascii=False)  # type: ignore[arg-type]
+
+
+def tools_json(tools: Sequence[Tool | ToolSchema]) -> str:
+    """The OpenAI ``tools`` list as JSON. Each client tool's entry is encoded once, however many
+    requests, stages and rounds send it (:func:`~duet.workbenches.derived_from`).
+
+    >>> tools_json([{"name": "weather"}])
+    '[{"type": "function", "function": {"name": "weather"}}]'
+    """
+    return "[" + ", ".join(
+        derived_from(_schema_of(tool), "openai_json", _encode_tool) for tool in tools
+    ) + "]"
 
 
 def _tool_choice_to_openai(tool_choice: Tool | str) -> Any:
@@ -456,7 +481,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 del body["extra_body"]
                 body.update(extra_body)
         if tools:
-            body["tools"] = [tool_to_openai(tool) for tool in tools]
+            body.pop("tools", None)  # replaced by the encoded list, spliced in below
             body["tool_choice"] = _tool_choice_to_openai(tool_choice)
         if json_output is True:
             body["response_format"] = {"type": "json_object"}
@@ -467,7 +492,10 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             }
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        return json.dumps(body, ensure_ascii=False).encode()
+        encoded = json.dumps(body, ensure_ascii=False)
+        if tools:  # the tools, each encoded once, as the body's last field
+            encoded = f"{encoded[:-1]}, \"tools\": {tools_json(tools)}}}"
+        return encoded.encode()
 
     async def _open(self, body: bytes, cancellation_token: CancellationToken | None) -> aiohttp.ClientResponse:
         """Sends the request; returns a 200 response (its body unread), or raises. A failure before

@@ -5,6 +5,7 @@ tools and model client)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -63,3 +64,74 @@ def test_lean_runtime_formats_its_info_lines_only_when_info_is_enabled(level: in
     else:
         assert Counted.reprs == 0
         assert not any("message of type Counted" in line for line in lines)
+
+
+# --- client tools: built once per distinct entry, encoded once per tool ---------------------------
+
+from duet.agents import OpenAICompatibleClient  # noqa: E402
+from duet.agents.model_client import tool_to_openai, tools_json  # noqa: E402
+from duet.agents.reasoning_agent import describe_tools  # noqa: E402
+from duet.workbenches import CachingToolSchema, ProxyTool, derived_from, proxy_tools_from_openai  # noqa: E402
+from duet.workbenches.tool_schemas import _ProxyToolCache  # noqa: E402
+
+
+def _entry(name: str = "kb.search", minimum: int = 1) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": "Searches the knowledge base.",
+                                             "parameters": {"type": "object", "properties": {"top": {"type": "integer", "minimum": minimum}}}}}
+
+
+def test_equal_tool_entries_give_one_tool_and_one_encoding() -> None:
+    first = proxy_tools_from_openai([_entry(), _entry("other")])
+    again = proxy_tools_from_openai([_entry(), _entry("other")])  # equal content, new objects (a new request)
+    assert [a is b for a, b in zip(first, again)] == [True, True]
+    assert tools_json([t.schema for t in first]) is not None
+    encoded = derived_from(first[0].schema, "openai_json", lambda s: "derived again")
+    assert encoded == json.dumps(tool_to_openai(first[0].schema), ensure_ascii=False)  # derived once, by tools_json
+
+
+def test_different_tool_entries_give_different_tools_and_encodings() -> None:
+    one, = proxy_tools_from_openai([_entry(minimum=1)])
+    two, = proxy_tools_from_openai([_entry(minimum=2)])
+    assert one is not two
+    assert tools_json([one.schema]) != tools_json([two.schema])
+    assert json.loads(tools_json([two.schema]))[0]["function"]["parameters"]["properties"]["top"]["minimum"] == 2
+
+
+def test_a_cached_tool_is_not_changed_by_its_callers_dict() -> None:
+    entry = _entry("mutable_tool")
+    tool, = proxy_tools_from_openai([entry])
+    entry["function"]["parameters"]["properties"]["top"]["minimum"] = 99  # the caller reuses its dict
+    assert tool.schema["parameters"]["properties"]["top"]["minimum"] == 1
+    changed, = proxy_tools_from_openai([entry])
+    assert changed is not tool and changed.schema["parameters"]["properties"]["top"]["minimum"] == 99
+
+
+def test_the_tool_cache_is_bounded() -> None:
+    cache = _ProxyToolCache(max_tools=3, max_chars=64 * 1000)
+    tools = [cache.get(_entry(f"tool_{i}")) for i in range(5)]
+    assert len(cache) == 3
+    assert cache.get(_entry("tool_4")) is tools[4] and cache.get(_entry("tool_0")) is not tools[0]  # oldest out
+    small = _ProxyToolCache(max_tools=100, max_chars=64 * 100)  # no entry of ~150 characters fits
+    big = small.get(_entry())
+    assert len(small) == 0 and small.get(_entry()) is not big
+
+
+def test_a_changed_schema_forgets_what_was_derived() -> None:
+    schema = CachingToolSchema(name="lookup", description="old")
+    assert describe_tools([schema]) == describe_tools([dict(schema)])  # same text as for a plain schema
+    assert "old" in describe_tools([schema])
+    schema["description"] = "new"
+    assert "new" in describe_tools([schema]) and "old" not in describe_tools([schema])
+    schema.update(description="newer")
+    assert "newer" in tools_json([schema])
+
+
+def test_the_request_body_carries_the_tools_as_before() -> None:
+    client = OpenAICompatibleClient("m", "http://127.0.0.1:9/v1", create_args={"temperature": 0.5})
+    proxy, = proxy_tools_from_openai([_entry("é.tool")])
+    service = ProxyTool("plain", "a tool given as a Tool object", {"type": "object"})
+    tools = [proxy.schema, {"name": "raw", "parameters": {"type": "object"}}, service]
+    body = json.loads(client._request_body([], tools, "auto", None, {}))
+    assert body["tools"] == [tool_to_openai(t) for t in tools]
+    assert body["tool_choice"] == "auto" and body["temperature"] == 0.5 and body["stream"] is True
+    assert "tools" not in json.loads(client._request_body([], [], "auto", None, {}))
