@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import uuid
@@ -38,11 +39,15 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     skipped too unless the ``autogen_core`` logger is enabled for INFO (a 200-message conversation
     spent a fifth of its CPU there). The event log is still written when a handler listens at INFO,
     the INFO lines still formatted when INFO is enabled, and spans still opened unless runtime
-    tracing is disabled. Relies on autogen-core 0.7.5 internals (pinned).
+    tracing is disabled. Message ids are unique and UUID-shaped as AutoGen asks, but counted from
+    a random base per runtime instead of drawn from the OS for each message (``uuid4``).
+    Relies on autogen-core 0.7.5 internals (pinned).
     """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._message_id_base = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-": a version-4 UUID's head
+        self._message_count = itertools.count()
         if os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") == "true":
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
 
@@ -50,6 +55,9 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         if not _event_logger.isEnabledFor(logging.INFO):
             return ""
         return super()._try_serialize(message)
+
+    def _new_message_id(self) -> str:
+        return f"{self._message_id_base}{next(self._message_count):012x}"
 
     async def send_message(
         self,
@@ -60,6 +68,8 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         cancellation_token: CancellationToken | None = None,
         message_id: str | None = None,
     ) -> Any:
+        if message_id is None:
+            message_id = self._new_message_id()
         if _logger.isEnabledFor(logging.INFO):
             return await super().send_message(
                 message, recipient, sender=sender, cancellation_token=cancellation_token, message_id=message_id
@@ -68,8 +78,6 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         # INFO line nobody logs.
         if cancellation_token is None:
             cancellation_token = CancellationToken()
-        if message_id is None:
-            message_id = str(uuid.uuid4())
         if _event_logger.isEnabledFor(logging.INFO):
             _event_logger.info(
                 MessageEvent(
@@ -110,6 +118,8 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         cancellation_token: CancellationToken | None = None,
         message_id: str | None = None,
     ) -> None:
+        if message_id is None:
+            message_id = self._new_message_id()
         if _logger.isEnabledFor(logging.INFO):
             return await super().publish_message(
                 message, topic_id, sender=sender, cancellation_token=cancellation_token, message_id=message_id
@@ -121,8 +131,6 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         ):
             if cancellation_token is None:
                 cancellation_token = CancellationToken()
-            if message_id is None:
-                message_id = str(uuid.uuid4())
             if _event_logger.isEnabledFor(logging.INFO):
                 _event_logger.info(
                     MessageEvent(

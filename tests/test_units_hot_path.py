@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from typing import Any
 
 import pytest
@@ -64,6 +65,28 @@ def test_lean_runtime_formats_its_info_lines_only_when_info_is_enabled(level: in
     else:
         assert Counted.reprs == 0
         assert not any("message of type Counted" in line for line in lines)
+
+
+
+def test_lean_runtime_message_ids_are_unique_uuids() -> None:
+    async def ids_of_one_runtime() -> list[str]:
+        ids: list[str] = []
+
+        async def collect(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            ids.append(ctx.message_id)
+
+        runtime = LeanAgentRuntime()
+        await ClosureAgent.register_closure(runtime, "collector", collect, subscriptions=lambda: [TypeSubscription("default", "collector")])
+        runtime.start()
+        for text in ("a", "b", "c"):
+            await runtime.publish_message(Counted(text), DefaultTopicId())
+            await asyncio.wait_for(runtime.send_message(Counted(text), AgentId("collector", "default")), 5)
+        await runtime.stop_when_idle()
+        return ids
+
+    first, second = asyncio.run(ids_of_one_runtime()), asyncio.run(ids_of_one_runtime())
+    assert len(first) == 6 and len(set(first + second)) == 12  # unique, also across runtimes
+    assert all(uuid.UUID(message_id).version == 4 for message_id in first + second)
 
 
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------
