@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -158,3 +159,34 @@ def test_the_request_body_carries_the_tools_as_before() -> None:
     assert body["tools"] == [tool_to_openai(t) for t in tools]
     assert body["tool_choice"] == "auto" and body["temperature"] == 0.5 and body["stream"] is True
     assert "tools" not in json.loads(client._request_body([], [], "auto", None, {}))
+
+
+# --- one connection pool per upstream -------------------------------------------------------------
+
+from autogen_core.models import UserMessage  # noqa: E402
+
+from tests.scripted_upstream import Reply, ScriptedUpstream  # noqa: E402
+
+
+def test_clients_of_one_upstream_share_one_connection() -> None:
+    """The reasoner's call frees its connection; the answer's call, on another client of the same
+    upstream, reuses it: one upstream connection per open stream, not one per client."""
+
+    async def one_request_each(upstream: ScriptedUpstream, max_connections: int) -> tuple[int, int]:
+        """Upstream connections open after a call by each client, and once both are closed."""
+        reasoner = OpenAICompatibleClient("r1", upstream.base_url, max_connections=max_connections)
+        answerer = OpenAICompatibleClient("answer", upstream.base_url + "/", max_connections=max_connections)
+        for client in (reasoner, answerer, reasoner):
+            result = await client.create([UserMessage(content="Hi", source="user")])
+            assert result.content == "ok"
+        used = upstream.open_connections
+        await reasoner.close()
+        await answerer.close()
+        deadline = time.monotonic() + 5
+        while upstream.open_connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return used, upstream.open_connections
+
+    with ScriptedUpstream(responder=lambda body: Reply(content=["ok"])) as upstream:
+        assert asyncio.run(one_request_each(upstream, 0)) == (1, 0)  # the last client to close closed the pool
+        assert asyncio.run(one_request_each(upstream, 5)) == (2, 0)  # a bounded pool is the client's own
