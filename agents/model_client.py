@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import random
+import weakref
 from email.utils import parsedate_to_datetime
 from time import time as wall_clock
 from typing import Any, AsyncGenerator, Literal, Mapping, Optional, Sequence, Union
@@ -45,6 +46,8 @@ from autogen_core.models import (
 from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel, Field
 from typing_extensions import Self
+
+from duet.workbenches import derived_from
 
 from .errors import (
     UpstreamConnectionError,
@@ -172,7 +175,7 @@ def tool_to_openai(tool: Tool | ToolSchema) -> dict[str, Any]:
     >>> tool_to_openai({"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}})
     {'type': 'function', 'function': {'name': 'weather', 'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}}}}
     """
-    schema = tool.schema if isinstance(tool, Tool) else tool
+    schema = _schema_of(tool)
     function: dict[str, Any] = {"name": schema["name"]}
     if "description" in schema:
         function["description"] = schema["description"]
@@ -181,6 +184,29 @@ def tool_to_openai(tool: Tool | ToolSchema) -> dict[str, Any]:
     if "strict" in schema:
         function["strict"] = schema["strict"]
     return {"type": "function", "function": function}
+
+
+def _schema_of(tool: Tool | ToolSchema) -> Mapping[str, Any]:
+    # A dict first: isinstance against the runtime-checkable Tool protocol inspects every member.
+    if isinstance(tool, dict):
+        return tool
+    return tool.schema if isinstance(tool, Tool) else tool  # type: ignore[return-value]
+
+
+def _encode_tool(schema: Mapping[str, Any]) -> str:
+    return json.dumps(tool_to_openai(schema), ensure_ascii=False)  # type: ignore[arg-type]
+
+
+def tools_json(tools: Sequence[Tool | ToolSchema]) -> str:
+    """The OpenAI ``tools`` list as JSON. Each client tool's entry is encoded once, however many
+    requests, stages and rounds send it (:func:`~duet.workbenches.derived_from`).
+
+    >>> tools_json([{"name": "weather"}])
+    '[{"type": "function", "function": {"name": "weather"}}]'
+    """
+    return "[" + ", ".join(
+        derived_from(_schema_of(tool), "openai_json", _encode_tool) for tool in tools
+    ) + "]"
 
 
 def _tool_choice_to_openai(tool_choice: Tool | str) -> Any:
@@ -305,6 +331,38 @@ def _status_of(error: Mapping[str, Any]) -> int | None:
     return None
 
 
+class _SharedPools:
+    """The connection pools of unbounded clients (``max_connections=0``, the default), one per event
+    loop and upstream (scheme, host, port). A pipeline's reasoning and answer clients on one server
+    share one pool: the connection the reasoner's call frees carries the answer's call, so an open
+    stream holds one upstream connection, not one per client (and one file descriptor fewer). A pool
+    is closed when the last of its clients closes; a client with a bounded pool keeps its own."""
+
+    def __init__(self) -> None:
+        self._pools: dict[tuple[asyncio.AbstractEventLoop, str], tuple[aiohttp.TCPConnector, weakref.WeakSet[Any]]] = {}
+
+    def acquire(self, loop: asyncio.AbstractEventLoop, origin: str, client: object) -> aiohttp.TCPConnector:
+        for ended in [key for key in self._pools if key[0].is_closed()]:  # loops whose clients were never closed
+            del self._pools[ended]
+        pool = self._pools.get((loop, origin))
+        if pool is None or pool[0].closed:
+            pool = self._pools[(loop, origin)] = (aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), weakref.WeakSet())
+        pool[1].add(client)
+        return pool[0]
+
+    async def release(self, loop: asyncio.AbstractEventLoop, origin: str, client: object) -> None:
+        pool = self._pools.get((loop, origin))
+        if pool is None:
+            return
+        pool[1].discard(client)
+        if not pool[1]:
+            del self._pools[(loop, origin)]
+            await pool[0].close()
+
+
+_shared_pools = _SharedPools()
+
+
 class _ToolCallBuilder:
     __slots__ = ("id", "name", "arguments")
 
@@ -400,6 +458,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         root = base_url.rstrip("/")
         self._url = yarl.URL(root + "/chat/completions")  # parsed once, not per request
         self._models_url = yarl.URL(root + "/models")
+        # The key of the connection pool it shares (a relative URL fails later, when it is called, as before).
+        self._origin = str(self._url.origin()) if self._url.is_absolute() else root
         extra_body = self._config.create_args.get("extra_body") or {}
         self._default_args = {k: v for k, v in self._config.create_args.items() if k != "extra_body"} | extra_body
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout)
@@ -423,7 +483,11 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         for the retry after a pooled connection turned out to be closed (the pool may hold more)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session_loop is not loop or self._session.closed:
-            self._session = self._new_session(aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300))
+            if self._config.max_connections:  # a bounded pool is this client's own
+                connector = aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300)
+                self._session = self._new_session(connector)
+            else:
+                self._session = self._new_session(_shared_pools.acquire(loop, self._origin, self), shared=True)
             self._fresh = None
             self._session_loop = loop
         if not fresh:
@@ -432,9 +496,10 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             self._fresh = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True, ttl_dns_cache=300))
         return self._fresh
 
-    def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+    def _new_session(self, connector: aiohttp.TCPConnector, shared: bool = False) -> aiohttp.ClientSession:
         # Model APIs set no cookies worth keeping; a dummy jar skips cookie handling per request.
-        return aiohttp.ClientSession(connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar())
+        return aiohttp.ClientSession(connector=connector, connector_owner=not shared, timeout=self._timeout,
+                                     cookie_jar=aiohttp.DummyCookieJar())
 
     def _request_body(
         self,
@@ -456,7 +521,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 del body["extra_body"]
                 body.update(extra_body)
         if tools:
-            body["tools"] = [tool_to_openai(tool) for tool in tools]
+            body.pop("tools", None)  # replaced by the encoded list, spliced in below
             body["tool_choice"] = _tool_choice_to_openai(tool_choice)
         if json_output is True:
             body["response_format"] = {"type": "json_object"}
@@ -467,7 +532,10 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             }
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        return json.dumps(body, ensure_ascii=False).encode()
+        encoded = json.dumps(body, ensure_ascii=False)
+        if tools:  # the tools, each encoded once, as the body's last field
+            encoded = f"{encoded[:-1]}, \"tools\": {tools_json(tools)}}}"
+        return encoded.encode()
 
     async def _open(self, body: bytes, cancellation_token: CancellationToken | None) -> aiohttp.ClientResponse:
         """Sends the request; returns a 200 response (its body unread), or raises. A failure before
@@ -827,6 +895,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         for session in (self._session, self._fresh):
             if session is not None and not session.closed:
                 await session.close()
+        if self._session is not None and self._session_loop is not None and not self._config.max_connections:
+            await _shared_pools.release(self._session_loop, self._origin, self)
         self._session = self._fresh = None
 
     def actual_usage(self) -> RequestUsage:

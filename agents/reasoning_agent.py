@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncGenerator, Sequence
+from typing import Any, AsyncGenerator, Mapping, Sequence
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -13,6 +13,8 @@ from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, 
 from autogen_core.tools import BaseTool, ToolSchema, Workbench
 from pydantic import Field
 from typing_extensions import Self
+
+from duet.workbenches import derived_from
 
 from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
 from .conversation import as_transcript, ends_with_tool_results
@@ -30,20 +32,24 @@ DEFAULT_REASONING_PROMPT = (
 
 
 def describe_tools(tools: Sequence[ToolSchema]) -> str:
-    """The tools the answer model can call, as text the reasoning model can plan with."""
+    """The tools the answer model can call, as text the reasoning model can plan with (each client
+    tool's line is written once, however many requests send it: :func:`~duet.workbenches.derived_from`)."""
     if not tools:
         return ""
     lines = [
         "\n\nThe second model can call these tools (you cannot): plan which ones it should call, and with what arguments."
     ]
-    for tool in tools:
-        line = f"- {tool['name']}"
-        if tool.get("description"):
-            line += f": {tool['description']}"
-        if tool.get("parameters"):
-            line += f"\n  parameters: {json.dumps(tool['parameters'], ensure_ascii=False, separators=(',', ':'))}"
-        lines.append(line)
+    lines += [derived_from(tool, "reasoner_line", _tool_line) for tool in tools]
     return "\n".join(lines)
+
+
+def _tool_line(tool: Mapping[str, Any]) -> str:
+    line = f"- {tool['name']}"
+    if tool.get("description"):
+        line += f": {tool['description']}"
+    if tool.get("parameters"):
+        line += f"\n  parameters: {json.dumps(tool['parameters'], ensure_ascii=False, separators=(',', ':'))}"
+    return line
 
 
 DEFAULT_REASON_ON_TOOL_RESULTS = False

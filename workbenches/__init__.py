@@ -3,8 +3,9 @@
 Public API:
 
 - :class:`DuetWorkbench` — the shared ``StaticStreamWorkbench``: client tools beside service tools;
-- client tools: :class:`ProxyTool` (a client's schema, passed through verbatim), :func:`proxy_tools_from_openai`,
-  :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject);
+- client tools: :class:`ProxyTool` (a client's schema, passed through verbatim), :func:`proxy_tools_from_openai`
+  (built once per distinct entry), :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject),
+  :class:`CachingToolSchema` and :func:`derived_from` (what readers derive from a client tool's schema, derived once);
 - service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import path),
   :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpServiceTool` / :class:`HttpToolSettings` (HTTP endpoints),
   :class:`ServiceTools` and :class:`ToolsSettings` (a pipeline's set, from the YAML);
@@ -17,11 +18,20 @@ from .duet_workbench import DuetWorkbench, DuetWorkbenchConfig
 from .functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
 from .http_tools import HttpServiceTool, HttpToolSettings
 from .mcp import McpServer, McpServerSettings, McpServerTool, McpServerUnavailable, stop_shared_servers
-from .proxy_tool import ClientSideToolError, ProxyTool, ProxyToolArgs, ProxyToolConfig, model_safe_name
+from .proxy_tool import (
+    CachingToolSchema,
+    ClientSideToolError,
+    ProxyTool,
+    ProxyToolArgs,
+    ProxyToolConfig,
+    derived_from,
+    model_safe_name,
+)
 from .service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
 from .tool_schemas import proxy_tools_from_openai
 
 __all__ = [
+    "CachingToolSchema",
     "ClientSideToolError",
     "DuetWorkbench",
     "DuetWorkbenchConfig",
@@ -40,6 +50,7 @@ __all__ = [
     "RequestContext",
     "ServiceTools",
     "ToolsSettings",
+    "derived_from",
     "function_tools",
     "model_safe_name",
     "proxy_tools_from_openai",

@@ -10,12 +10,82 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from autogen_core import CancellationToken, Component
 from autogen_core.tools import BaseTool, ToolSchema
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import Self
+
+_T = TypeVar("_T")
+
+
+class CachingToolSchema(dict):  # type: ignore[type-arg]
+    """A ``ToolSchema`` (a plain dict to every reader) that keeps what readers derive from it: the
+    OpenAI ``tools`` entry a model client encodes, the line a reasoning prompt describes it with.
+    A client tool's schema is sent with every request and read by every stage and round; derived
+    once, each form is reused (see :func:`derived_from`). Changing the schema forgets them."""
+
+    __slots__ = ("_derived",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._derived: dict[str, Any] = {}
+
+    def _forget(self) -> None:
+        self._derived = {}
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._forget()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._forget()
+        super().__delitem__(key)
+
+    def __ior__(self, other: Any) -> "CachingToolSchema":
+        self._forget()
+        super().__ior__(other)
+        return self
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._forget()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._forget()
+        return super().setdefault(key, default)
+
+    def pop(self, *args: Any) -> Any:
+        self._forget()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self._forget()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._forget()
+        super().clear()
+
+
+def derived_from(schema: Mapping[str, Any], key: str, derive: Callable[[Mapping[str, Any]], _T]) -> _T:
+    """``derive(schema)``, computed once per :class:`CachingToolSchema` and ``key`` (every time for
+    any other schema). The schema's nested values (its ``parameters``) must not change after.
+
+    >>> schema = CachingToolSchema(name="lookup")
+    >>> derived_from(schema, "upper", lambda s: s["name"].upper()), derived_from(schema, "upper", lambda s: "again")
+    ('LOOKUP', 'LOOKUP')
+    """
+    derived = getattr(schema, "_derived", None) if type(schema) is CachingToolSchema else None
+    if derived is None:
+        return derive(schema)
+    try:
+        return derived[key]  # type: ignore[no-any-return]
+    except KeyError:
+        value = derived[key] = derive(schema)
+        return value
+
 
 _VALID_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -81,7 +151,8 @@ class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):
         )
         super().__init__(ProxyToolArgs, str, model_safe_name(name), description or "", strict=bool(strict))
         # Built once: the schema the model sees is the client's, untouched (BaseTool.schema would
-        # rebuild it from the args model, adding titles and ``additionalProperties: false``).
+        # rebuild it from the args model, adding titles and ``additionalProperties: false``); what
+        # the model client and the reasoning prompt derive from it is derived once, too.
         schema: dict[str, Any] = {"name": self.name}
         if description is not None:
             schema["description"] = description
@@ -89,7 +160,7 @@ class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):
             schema["parameters"] = parameters
         if strict is not None:
             schema["strict"] = strict
-        self._schema: ToolSchema = schema  # type: ignore[assignment]
+        self._schema: ToolSchema = CachingToolSchema(schema)  # type: ignore[assignment]
 
     @classmethod
     def from_openai(cls, tool: Mapping[str, Any]) -> "ProxyTool":

@@ -1,0 +1,192 @@
+"""The hot path's shortcuts, tested directly (no HTTP): each does less work than the stock code it
+replaces and gives the same result. Real objects throughout (AutoGen's runtime and agents, Duet's
+tools and model client)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import pytest
+from autogen_core import AgentId, ClosureAgent, ClosureContext, DefaultTopicId, MessageContext
+from autogen_core import TypeSubscription
+
+from duet.agents.runtime import LeanAgentRuntime
+
+
+class Counted:
+    """A message whose ``repr`` is counted: the stock runtime formats it for its INFO line."""
+
+    reprs = 0
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.part = _CountedPart()
+
+
+class _CountedPart:
+    def __repr__(self) -> str:
+        Counted.reprs += 1
+        return "part"
+
+
+async def _deliver_one_of_each() -> list[str]:
+    """Publishes one message and sends one to a closure agent on a lean runtime; what it received."""
+    received: list[str] = []
+
+    async def collect(_: ClosureContext, message: Counted, ctx: MessageContext) -> str:
+        received.append(f"{'rpc' if ctx.is_rpc else 'published'} {message.text}")
+        return "ok"
+
+    runtime = LeanAgentRuntime()
+    await ClosureAgent.register_closure(runtime, "collector", collect, subscriptions=lambda: [TypeSubscription("default", "collector")])
+    runtime.start()
+    await runtime.publish_message(Counted("one"), DefaultTopicId())
+    reply = await asyncio.wait_for(runtime.send_message(Counted("two"), AgentId("collector", "default")), 5)
+    await runtime.stop_when_idle()
+    assert reply == "ok"
+    return sorted(received)
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.INFO])
+def test_lean_runtime_formats_its_info_lines_only_when_info_is_enabled(level: int, caplog: pytest.LogCaptureFixture) -> None:
+    Counted.reprs = 0
+    with caplog.at_level(level, logger="autogen_core"):
+        received = asyncio.run(_deliver_one_of_each())
+    assert received == ["published one", "rpc two"]  # delivered either way
+    lines = [r.getMessage() for r in caplog.records if r.name == "autogen_core"]
+    if level == logging.INFO:  # the stock lines, formatted as AutoGen formats them
+        assert any(line.startswith("Publishing message of type Counted") and "part" in line for line in lines)
+        assert any(line.startswith("Sending message of type Counted to collector") and "part" in line for line in lines)
+        assert Counted.reprs >= 2
+    else:
+        assert Counted.reprs == 0
+        assert not any("message of type Counted" in line for line in lines)
+
+
+
+def test_lean_runtime_message_ids_are_unique_uuids() -> None:
+    async def ids_of_one_runtime() -> list[str]:
+        ids: list[str] = []
+
+        async def collect(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            ids.append(ctx.message_id)
+
+        runtime = LeanAgentRuntime()
+        await ClosureAgent.register_closure(runtime, "collector", collect, subscriptions=lambda: [TypeSubscription("default", "collector")])
+        runtime.start()
+        for text in ("a", "b", "c"):
+            await runtime.publish_message(Counted(text), DefaultTopicId())
+            await asyncio.wait_for(runtime.send_message(Counted(text), AgentId("collector", "default")), 5)
+        await runtime.stop_when_idle()
+        return ids
+
+    first, second = asyncio.run(ids_of_one_runtime()), asyncio.run(ids_of_one_runtime())
+    assert len(first) == 6 and len(set(first + second)) == 12  # unique, also across runtimes
+    assert all(uuid.UUID(message_id).version == 4 for message_id in first + second)
+
+
+# --- client tools: built once per distinct entry, encoded once per tool ---------------------------
+
+from duet.agents import OpenAICompatibleClient  # noqa: E402
+from duet.agents.model_client import tool_to_openai, tools_json  # noqa: E402
+from duet.agents.reasoning_agent import describe_tools  # noqa: E402
+from duet.workbenches import CachingToolSchema, ProxyTool, derived_from, proxy_tools_from_openai  # noqa: E402
+from duet.workbenches.tool_schemas import _ProxyToolCache  # noqa: E402
+
+
+def _entry(name: str = "kb.search", minimum: int = 1) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": "Searches the knowledge base.",
+                                             "parameters": {"type": "object", "properties": {"top": {"type": "integer", "minimum": minimum}}}}}
+
+
+def test_equal_tool_entries_give_one_tool_and_one_encoding() -> None:
+    first = proxy_tools_from_openai([_entry(), _entry("other")])
+    again = proxy_tools_from_openai([_entry(), _entry("other")])  # equal content, new objects (a new request)
+    assert [a is b for a, b in zip(first, again)] == [True, True]
+    assert tools_json([t.schema for t in first]) is not None
+    encoded = derived_from(first[0].schema, "openai_json", lambda s: "derived again")
+    assert encoded == json.dumps(tool_to_openai(first[0].schema), ensure_ascii=False)  # derived once, by tools_json
+
+
+def test_different_tool_entries_give_different_tools_and_encodings() -> None:
+    one, = proxy_tools_from_openai([_entry(minimum=1)])
+    two, = proxy_tools_from_openai([_entry(minimum=2)])
+    assert one is not two
+    assert tools_json([one.schema]) != tools_json([two.schema])
+    assert json.loads(tools_json([two.schema]))[0]["function"]["parameters"]["properties"]["top"]["minimum"] == 2
+
+
+def test_a_cached_tool_is_not_changed_by_its_callers_dict() -> None:
+    entry = _entry("mutable_tool")
+    tool, = proxy_tools_from_openai([entry])
+    entry["function"]["parameters"]["properties"]["top"]["minimum"] = 99  # the caller reuses its dict
+    assert tool.schema["parameters"]["properties"]["top"]["minimum"] == 1
+    changed, = proxy_tools_from_openai([entry])
+    assert changed is not tool and changed.schema["parameters"]["properties"]["top"]["minimum"] == 99
+
+
+def test_the_tool_cache_is_bounded() -> None:
+    cache = _ProxyToolCache(max_tools=3, max_chars=64 * 1000)
+    tools = [cache.get(_entry(f"tool_{i}")) for i in range(5)]
+    assert len(cache) == 3
+    assert cache.get(_entry("tool_4")) is tools[4] and cache.get(_entry("tool_0")) is not tools[0]  # oldest out
+    small = _ProxyToolCache(max_tools=100, max_chars=64 * 100)  # no entry of ~150 characters fits
+    big = small.get(_entry())
+    assert len(small) == 0 and small.get(_entry()) is not big
+
+
+def test_a_changed_schema_forgets_what_was_derived() -> None:
+    schema = CachingToolSchema(name="lookup", description="old")
+    assert describe_tools([schema]) == describe_tools([dict(schema)])  # same text as for a plain schema
+    assert "old" in describe_tools([schema])
+    schema["description"] = "new"
+    assert "new" in describe_tools([schema]) and "old" not in describe_tools([schema])
+    schema.update(description="newer")
+    assert "newer" in tools_json([schema])
+
+
+def test_the_request_body_carries_the_tools_as_before() -> None:
+    client = OpenAICompatibleClient("m", "http://127.0.0.1:9/v1", create_args={"temperature": 0.5})
+    proxy, = proxy_tools_from_openai([_entry("é.tool")])
+    service = ProxyTool("plain", "a tool given as a Tool object", {"type": "object"})
+    tools = [proxy.schema, {"name": "raw", "parameters": {"type": "object"}}, service]
+    body = json.loads(client._request_body([], tools, "auto", None, {}))
+    assert body["tools"] == [tool_to_openai(t) for t in tools]
+    assert body["tool_choice"] == "auto" and body["temperature"] == 0.5 and body["stream"] is True
+    assert "tools" not in json.loads(client._request_body([], [], "auto", None, {}))
+
+
+# --- one connection pool per upstream -------------------------------------------------------------
+
+from autogen_core.models import UserMessage  # noqa: E402
+
+from tests.scripted_upstream import Reply, ScriptedUpstream  # noqa: E402
+
+
+def test_clients_of_one_upstream_share_one_connection() -> None:
+    """The reasoner's call frees its connection; the answer's call, on another client of the same
+    upstream, reuses it: one upstream connection per open stream, not one per client."""
+
+    async def one_request_each(upstream: ScriptedUpstream, max_connections: int) -> tuple[int, int]:
+        """Upstream connections open after a call by each client, and once both are closed."""
+        reasoner = OpenAICompatibleClient("r1", upstream.base_url, max_connections=max_connections)
+        answerer = OpenAICompatibleClient("answer", upstream.base_url + "/", max_connections=max_connections)
+        for client in (reasoner, answerer, reasoner):
+            result = await client.create([UserMessage(content="Hi", source="user")])
+            assert result.content == "ok"
+        used = upstream.open_connections
+        await reasoner.close()
+        await answerer.close()
+        deadline = time.monotonic() + 5
+        while upstream.open_connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return used, upstream.open_connections
+
+    with ScriptedUpstream(responder=lambda body: Reply(content=["ok"])) as upstream:
+        assert asyncio.run(one_request_each(upstream, 0)) == (1, 0)  # the last client to close closed the pool
+        assert asyncio.run(one_request_each(upstream, 5)) == (2, 0)  # a bounded pool is the client's own
