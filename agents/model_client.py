@@ -17,6 +17,7 @@ Example (the pieces of a stream; :class:`~duet.agents.ReasoningText` pieces are 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import json
@@ -86,6 +87,8 @@ MAX_JSON_BODY = 32 * 1024 * 1024
 """Largest plain-JSON answer accepted from an upstream that ignores ``stream: true``."""
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Largest single server-sent event (a stream without event separators is not buffered forever)."""
+END_OF_BODY_WAIT = 0.005
+"""Seconds a finished stream's last bytes are waited for after ``[DONE]`` (they usually come with it)."""
 
 
 # The defaults of the client's options, named once: the config's fields, the client's keyword
@@ -710,6 +713,11 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             async for data in _sse_data(response):
                 if data == b"[DONE]":
                     done = True
+                    if not response.content.is_eof():
+                        # The body's last bytes (a chunked body's terminator) follow [DONE]: a body
+                        # read to its end returns its connection to the pool, one cut short closes it.
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(response.content.wait_eof(), END_OF_BODY_WAIT)
                     break
                 try:
                     chunk = json.loads(data)

@@ -173,13 +173,15 @@ def test_clients_of_one_upstream_share_one_connection() -> None:
     upstream, reuses it: one upstream connection per open stream, not one per client."""
 
     async def one_request_each(upstream: ScriptedUpstream, max_connections: int) -> tuple[int, int]:
-        """Upstream connections open after a call by each client, and once both are closed."""
+        """Upstream connections the calls used (told apart by the client's port), and those still open
+        once both clients are closed."""
+        first = len(upstream.requests)
         reasoner = OpenAICompatibleClient("r1", upstream.base_url, max_connections=max_connections)
         answerer = OpenAICompatibleClient("answer", upstream.base_url + "/", max_connections=max_connections)
         for client in (reasoner, answerer, reasoner):
             result = await client.create([UserMessage(content="Hi", source="user")])
             assert result.content == "ok"
-        used = upstream.open_connections
+        used = len({request.peer_port for request in upstream.requests[first:]})
         await reasoner.close()
         await answerer.close()
         deadline = time.monotonic() + 5
