@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Sequence
 
-Fault = Literal["disconnect", "stall", "error_event", "garbage"]
+Fault = Literal["disconnect", "stall", "error_event", "garbage", "stall_after_done"]  # the last: [DONE], then a body that never ends
 Body = Literal["html", "completion", "only_done", "error_object"]
 
 
@@ -383,7 +383,7 @@ class ScriptedUpstream:
         writer.write(self._head(200, "text/event-stream"))
         end = b"\r\n\r\n" if reply.crlf else b"\n\n"
         for sent, event in enumerate(self._events(body, reply)):
-            if reply.fault is not None and sent == reply.fault_after:
+            if reply.fault not in (None, "stall_after_done") and sent == reply.fault_after:
                 return await self._fault(reply, reader, writer)
             data = b"data: " + json.dumps(event).encode() + end
             _write_chunk(writer, data)
@@ -398,6 +398,10 @@ class ScriptedUpstream:
             if _hung_up(reader):
                 return False
         _write_chunk(writer, b"data: [DONE]" + end)
+        if reply.fault == "stall_after_done":  # the answer is complete, but its body never ends
+            await writer.drain()
+            await _closed_within(reader, 3600)
+            return False
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True

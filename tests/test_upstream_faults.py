@@ -208,6 +208,33 @@ def test_plain_json_completion_is_used(client: httpx.Client, upstream: ScriptedU
         assert usage["completion_tokens"] >= 7
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_body_that_never_ends_after_done_costs_no_wait(client: httpx.Client, upstream: ScriptedUpstream, stage: str, stream: bool) -> None:
+    """An upstream that sends ``[DONE]`` and then never ends its body: the answer is complete at
+    ``[DONE]``; the client waits a moment for the body's end (to reuse the connection), not for the
+    read timeout (1 s here), and the next request gets a connection that works."""
+    model, reply = (REASONER, Reply(reasoning=["Done ", "thinking."], fault="stall_after_done")) if stage == "reasoner" else (
+        ANSWER, Reply(content=["Done ", "answering."], fault="stall_after_done"))
+    upstream.script(model, reply)
+    started = time.monotonic()
+    response = client.post("/v1/chat/completions", json={"model": "fx", "stream": stream, "messages": USER})
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    if stream:
+        chunks = [e for e in sse_events(response.content) if e != "[DONE]"]
+        assert not any("error" in c for c in chunks), chunks
+        text = "".join((c["choices"][0]["delta"].get("reasoning_content") or c["choices"][0]["delta"].get("content") or "")
+                       for c in chunks if c["choices"])
+    else:
+        message = response.json()["choices"][0]["message"]
+        text = (message.get("reasoning_content") or "") + (message["content"] or "")
+    assert ("Done thinking." if stage == "reasoner" else "Done answering.") in text
+    assert elapsed < 0.8, elapsed
+    again = client.post("/v1/chat/completions", json={"model": "fx", "messages": USER})
+    assert again.status_code == 200, again.text
+
+
 def test_plain_json_completion_with_tool_calls(client: httpx.Client, upstream: ScriptedUpstream) -> None:
     from tests.conftest import tool
     from tests.scripted_upstream import ScriptedCall
