@@ -53,6 +53,9 @@ class Continuation(BaseModel):
 
     turn: list[LLMMessage] = Field(default_factory=list)
     reasoning: str = ""
+    record: dict[str, Any] | None = None
+    """Kept by ``duet.api.responses`` instead of a round: a stored Responses API response and the
+    conversation items it continues (``previous_response_id``), in the same store and expiry."""
 
 
 _CONTINUATION = TypeAdapter(Continuation)

@@ -27,6 +27,7 @@ from .auth import BearerAuth
 from .errors import install_error_handlers, install_secret_masking
 from .health import Readiness
 from .limits import RequestGate
+from .responses import Responses, ResponseStore
 from .routes import add_routes
 from .serving import Service
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
@@ -131,6 +132,6 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=options.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type"], max_age=600)
 
-    add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines)
+    add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines, responses=Responses(ResponseStore(continuations)))
     app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing
     return app

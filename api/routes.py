@@ -17,6 +17,7 @@ from .health import Readiness
 from .limits import RequestGate
 from .chat import ChatCompletions
 from .protocol import ModelList
+from .responses import Responses
 from .serving import Service, WireProtocol
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -36,11 +37,20 @@ def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awa
     return endpoint
 
 
-def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: RequestGate, pipelines: Mapping[str, Duet]) -> None:
-    """Chat completions and the model list (under ``/v1`` and without it), ``/health``
+def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: RequestGate, pipelines: Mapping[str, Duet],
+               responses: Responses) -> None:
+    """Chat completions, the Responses API and the model list (under ``/v1`` and without it), ``/health``
     and ``/health/ready``. The service itself is ``app.state.service``, set by the app's lifespan."""
 
     chat_completions = protocol_endpoint(ChatCompletions(), auth)
+    create_response = protocol_endpoint(responses, auth)
+
+    async def retrieve_response(request: Request) -> Response:
+        try:
+            await auth(request)
+            return JSONResponse(await responses.retrieve(request.path_params["response_id"]))
+        except Exception as exc:
+            return responses.error_response(as_api_error(exc))
 
     async def service(request: Request) -> Service:
         return request.app.state.service  # type: ignore[no-any-return]
@@ -70,6 +80,8 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
     # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
     for prefix in ("/v1", ""):
         app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
+        app.add_route(f"{prefix}/responses", create_response, methods=["POST"], include_in_schema=prefix == "/v1")
+        app.add_route(f"{prefix}/responses/{{response_id}}", retrieve_response, methods=["GET"], include_in_schema=prefix == "/v1")
         app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)

@@ -1,0 +1,126 @@
+"""``POST /v1/responses`` on the shared request flow, and ``GET /v1/responses/{id}``."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple
+
+from pydantic import ValidationError
+
+from duet.agents import Duet
+
+from ..errors import APIError
+from ..rendering import ResponseWriter
+from ..serving import RunRequest, WireProtocol, count_items, invalid_request
+from ..settings import ServiceOptions
+from ..validation import load_body
+from .protocol import ResponsesRequest
+from .reader import ClientTool, answer_options, conversation_of, messages_from_items, proxy_tools, read_tools
+from .store import ResponseStore
+from .writers import ResponseFold, ResponseStreamWriter, response_shell
+
+
+class ParsedResponses(NamedTuple):
+    request: ResponsesRequest
+    body: dict[str, Any]
+    chat_tools: list[dict[str, Any]]  # the tools as the answer model gets them
+    client_tools: dict[str, ClientTool]  # what each is to the client, by the name the model sees
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+
+class Responses(WireProtocol[ParsedResponses]):
+    """The OpenAI Responses API: ``response.*`` events (``: ping`` keep-alives; ``response.failed``
+    after the stream began) or one ``response`` object; errors as OpenAI error bodies."""
+
+    id_prefix = "resp_"
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    def parse(self, raw: bytes, options: ServiceOptions) -> ParsedResponses:
+        body = load_body(raw)
+        count_items(body, (("input", options.max_messages), ("tools", options.max_tools)))
+        try:
+            request = ResponsesRequest.model_validate(body)
+        except ValidationError as exc:
+            raise invalid_request(exc, body) from None
+        if isinstance(request.input, str) and not request.input:
+            raise APIError(400, "input: must not be empty", param="input", code="invalid_request")
+        chat_tools, client_tools = read_tools(request.tools or [], options.max_tools)
+        return ParsedResponses(request, body, chat_tools, client_tools)
+
+    async def prepare(self, parsed: ParsedResponses, duet: Duet) -> RunRequest:
+        wire, body, chat_tools, client_tools = parsed
+        earlier: list[dict[str, Any]] = []
+        records: list[dict[str, Any]] = []  # stored responses read for this request: item references resolve from them first
+        if wire.previous_response_id is not None:
+            record = await self.store.response(wire.previous_response_id)
+            if record is None:
+                raise APIError(404, f"previous_response_id: no stored response '{wire.previous_response_id[:100]}' (never "
+                               "stored, store: false, or expired)", param="previous_response_id", code="previous_response_not_found")
+            earlier = list(record["items"])
+            records.append(record)
+        raw_input = body["input"]
+        items = [{"type": "message", "role": "user", "content": raw_input}] if isinstance(raw_input, str) else list(raw_input)
+        origins = ["input"] if isinstance(raw_input, str) else [f"input[{index}]" for index in range(len(items))]
+        for index, item in enumerate(items):
+            if isinstance(item, Mapping) and item.get("type") == "item_reference":
+                items[index] = await self._referenced(item, origins[index], earlier, records)
+        messages, message_origins = messages_from_items(
+            earlier + items, wire.instructions, ["previous_response_id"] * len(earlier) + origins)
+        conversation = conversation_of(messages, message_origins)
+        tools = proxy_tools(chat_tools)
+        options, tools = answer_options(wire, tools, duet.service_tool_names)
+        return RunRequest(wire.model, wire.stream, conversation, tools, options, user=wire.user, wire=wire,
+                          state={"client_tools": client_tools, "items": earlier + items, "tools": body.get("tools") or []})
+
+    async def _referenced(self, item: Mapping[str, Any], param: str, earlier: list[dict[str, Any]],
+                          records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The item an ``item_reference`` names: from a stored response's output (or input)."""
+        item_id = item.get("id")
+        if not isinstance(item_id, str) or not item_id:
+            raise APIError(400, f"{param}.id: required (the id of an item)", param=f"{param}.id", code="invalid_request")
+        for record in records:
+            found = _item(record, item_id)
+            if found is not None:
+                return found
+        record = await self.store.record_with_item(item_id)
+        found = _item(record, item_id) if record is not None else None
+        if found is None:
+            raise APIError(404, f"{param}.id: no stored item '{item_id[:100]}' (never stored, store: false, or expired)",
+                           param=f"{param}.id", code="item_not_found")
+        records.append(record)  # type: ignore[arg-type]
+        return found
+
+    def _shell(self, request: RunRequest, response_id: str) -> Any:
+        return response_shell(response_id, request.wire, request.state["tools"])
+
+    def stream_writer(self, request: RunRequest, response_id: str) -> ResponseStreamWriter:
+        return ResponseStreamWriter(self._shell(request, response_id), request.state["client_tools"])
+
+    def fold(self, request: RunRequest, response_id: str) -> ResponseFold:
+        return ResponseFold(self._shell(request, response_id), request.state["client_tools"])
+
+    async def completed(self, request: RunRequest, writer: ResponseWriter) -> None:
+        assert isinstance(writer, ResponseFold)
+        response = writer.response
+        if not request.wire.stored or response.status not in ("completed", "incomplete"):
+            return
+        body = response.model_dump(mode="json")
+        await self.store.put(body, request.state["items"] + body["output"])
+
+    async def retrieve(self, response_id: str) -> dict[str, Any]:
+        """``GET /v1/responses/{id}``: the stored response, or 404."""
+        record = await self.store.response(response_id)
+        if record is None:
+            raise APIError(404, f"no stored response '{response_id[:100]}'", param="response_id", code="not_found")
+        return record["response"]  # type: ignore[no-any-return]
+
+
+def _item(record: dict[str, Any], item_id: str) -> dict[str, Any] | None:
+    for item in reversed(record["items"]):
+        if isinstance(item, Mapping) and item.get("id") == item_id:
+            return dict(item)
+    return None
