@@ -57,21 +57,29 @@ def abort_responder(body: dict[str, Any]) -> Reply:
     return Reply(content=[f"word{i} " for i in range(100)], delay_between=0.02)
 
 
-def _request(model: str, point: str, api_key: str) -> bytes:
-    body = json.dumps({"model": model, "stream": point != "non_stream", "messages": [{"role": "user", "content": point}]}).encode()
+# The same points over the Responses API (``protocol="responses"``): its deltas carry the text as "delta".
+_READ_UNTIL_RESPONSES: dict[str, bytes | None] = {**_READ_UNTIL, "reasoning": b'"delta":"step', "answer": b'"delta":"word'}
+
+
+def _request(model: str, point: str, api_key: str, protocol: str = "chat") -> bytes:
+    stream = point != "non_stream"
+    if protocol == "responses":
+        path, body = "/v1/responses", json.dumps({"model": model, "stream": stream, "input": point}).encode()
+    else:
+        path, body = "/v1/chat/completions", json.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": point}]}).encode()
     return (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: duet\r\nAuthorization: Bearer {api_key}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: duet\r\nAuthorization: Bearer {api_key}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
-async def abort_once(port: int, model: str, point: str, api_key: str, timeout: float = 10.0) -> None:
-    """Sends one request and hangs up at ``point``."""
+async def abort_once(port: int, model: str, point: str, api_key: str, timeout: float = 10.0, protocol: str = "chat") -> None:
+    """Sends one request (Chat Completions, or the Responses API) and hangs up at ``point``."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(_request(model, point, api_key))
+        writer.write(_request(model, point, api_key, protocol))
         await writer.drain()
-        marker = _READ_UNTIL[point]
+        marker = (_READ_UNTIL_RESPONSES if protocol == "responses" else _READ_UNTIL)[point]
         if marker is None:
             await asyncio.sleep(0.05)
             return
@@ -86,13 +94,13 @@ async def abort_once(port: int, model: str, point: str, api_key: str, timeout: f
         writer.transport.abort()  # a hang-up, not a polite close
 
 
-async def abort_many(port: int, model: str, count: int, api_key: str, concurrency: int = 16) -> None:
+async def abort_many(port: int, model: str, count: int, api_key: str, concurrency: int = 16, protocol: str = "chat") -> None:
     """``count`` hang-ups, spread evenly over every point, ``concurrency`` at a time."""
     points = [ABORT_POINTS[i % len(ABORT_POINTS)] for i in range(count)]
     gate = asyncio.Semaphore(concurrency)
 
     async def one(point: str) -> None:
         async with gate:
-            await abort_once(port, model, point, api_key)
+            await abort_once(port, model, point, api_key, protocol=protocol)
 
     await asyncio.gather(*(one(point) for point in points))

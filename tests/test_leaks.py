@@ -122,24 +122,25 @@ def growth(before: collections.Counter[str], after: collections.Counter[str]) ->
     return {name: after[name] - before[name] for name in names if after[name] != before[name]}
 
 
-def test_a_thousand_hang_ups_leave_nothing_behind(served: tuple[InProcessDuet, ScriptedUpstream]) -> None:
+@pytest.mark.parametrize(("protocol", "count"), [("chat", 1000), ("responses", 500)])
+def test_a_thousand_hang_ups_leave_nothing_behind(served: tuple[InProcessDuet, ScriptedUpstream], protocol: str, count: int) -> None:
     duet, upstream = served
     baseline_tasks = duet.health()["tasks"]
     # Warm up: every code path runs once, caches fill, the team pool holds what it keeps.
-    asyncio.run(abort_many(duet.port, "duet", 100, KEY))
+    asyncio.run(abort_many(duet.port, "duet", 100, KEY, protocol=protocol))
     duet.settle(baseline_tasks)
     upstream.requests.clear()
     before = census()
 
-    asyncio.run(abort_many(duet.port, "duet", 1000, KEY))
+    asyncio.run(abort_many(duet.port, "duet", count, KEY, protocol=protocol))
     duet.settle(baseline_tasks)
-    assert len(upstream.requests) >= 1000 * 4 // len(ABORT_POINTS)  # the hang-ups did reach the upstream
+    assert len(upstream.requests) >= count * 4 // len(ABORT_POINTS)  # the hang-ups did reach the upstream
     upstream.requests.clear()
     after = census()
 
     grown = growth(before, after)
-    print("growth over 1,000 hang-ups:", grown)
-    # Bounded, not proportional to the hang-ups: a leak of one object per hang-up is 1,000.
+    print(f"growth over {count} hang-ups ({protocol}):", grown)
+    # Bounded, not proportional to the hang-ups: a leak of one object per hang-up is one per hang-up.
     assert grown.get("frame", 0) < 20 and grown.get("traceback", 0) < 20, grown
     assert all(grown.get(name, 0) < 50 for name in REQUEST_TYPES), grown
     assert grown.get("(total)", 0) < 3000, grown
