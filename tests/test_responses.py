@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -335,3 +336,28 @@ stream_max_retries = 0
     assert "exec_command" in [tool["function"]["name"] for tool in first.body["tools"]]
     result = follow_up.body["messages"][-1]
     assert result["role"] == "tool" and result["tool_call_id"] == follow_up.body["messages"][-2]["tool_calls"][0]["id"]
+
+
+def test_shutdown_ends_a_running_stream_with_one_response_failed(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    server = DuetServer([], {"DUET_REASONER_BASE_URL": upstream.base_url, "DUET_REASONER_MODEL": REASONER,
+                             "DUET_ANSWER_BASE_URL": upstream.base_url, "DUET_ANSWER_MODEL": ANSWER,
+                             "DUET_PING_INTERVAL": "0.2", "DUET_SHUTDOWN_TIMEOUT": "1.0"}, tmp_path / "duet.log")
+    try:
+        upstream.script(REASONER, Reply(reasoning=[f"step {i} " for i in range(200)], delay_between=0.05))
+        with httpx.stream("POST", f"{server.base_url}/v1/responses", json={"model": "duet", "input": "hi", "stream": True},
+                          timeout=30) as response:
+            assert response.status_code == 200
+            received, signalled = b"", False
+            for chunk in response.iter_raw():  # raises if the connection is cut before the stream's clean end
+                received += chunk
+                if not signalled and b"reasoning_summary_text.delta" in received:
+                    server.process.send_signal(signal.SIGTERM)  # mid-stream; the drain time (1 s) is shorter than the reasoning
+                    signalled = True
+        events = sse(received)
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        assert [e["type"] for e in events].count("response.failed") == 1 and events[-1]["type"] == "response.failed"
+        assert events[-1]["response"]["error"]["code"] == "server_shutting_down"
+        server.process.wait(timeout=10)
+        assert "Traceback" not in server.log.read_text()
+    finally:
+        server.stop()

@@ -126,24 +126,24 @@ class MessageItem(BaseModel):
     content: list[OutputText]
 
 
-class FunctionCallItem(BaseModel):
+class _CallItem(BaseModel):
+    """A call of a client tool (a namespaced tool is named with its ``namespace``)."""
+
     id: str
+    status: ItemStatus
+    call_id: str
+    name: str
+    namespace: Optional[str] = None
+
+
+class FunctionCallItem(_CallItem):
     type: Literal["function_call"] = "function_call"
-    status: ItemStatus
-    call_id: str
-    name: str
     arguments: str
-    namespace: Optional[str] = None
 
 
-class CustomToolCallItem(BaseModel):
-    id: str
+class CustomToolCallItem(_CallItem):
     type: Literal["custom_tool_call"] = "custom_tool_call"
-    status: ItemStatus
-    call_id: str
-    name: str
     input: str
-    namespace: Optional[str] = None
 
 
 OutputItem = Union[ReasoningItem, MessageItem, FunctionCallItem, CustomToolCallItem]
