@@ -6,7 +6,6 @@ import logging
 from abc import abstractmethod
 from typing import Any, AsyncGenerator, Sequence
 
-import openai
 from autogen_agentchat.agents import BaseChatAgent
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, HandoffMessage, TextMessage
@@ -17,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from duet.workbenches import DuetWorkbench
 
-from .errors import DuetError, UpstreamError, upstream_error_from_openai
+from .errors import DuetError, UpstreamError, is_openai_error, upstream_error_from_openai
 from .events import DuetEvent, Failed
 from .messages import as_agentchat_event, carries_task, failure_reply
 from .run_context import DuetRun, RunNotBoundError, current_run
@@ -146,7 +145,7 @@ class DuetAgent(BaseChatAgent):
             # with a handoff to the client instead of raising: the team stays healthy for its next
             # request, and AutoGen's runtime does not log a traceback for an upstream's bad day.
             error: Exception = exc
-            if isinstance(exc, openai.APIError):  # AutoGen's stock client: the same errors as Duet's own
+            if is_openai_error(exc):  # AutoGen's stock client: the same errors as Duet's own
                 converted = upstream_error_from_openai(exc, self._model_client.dump_component().config.get("model"))
                 if converted is not None:
                     error = converted.at_stage(self.name)

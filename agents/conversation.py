@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, Literal, Mapping, Sequence
+from collections.abc import Mapping, Sequence  # isinstance against typing's aliases costs a Python-level check
+from typing import Any, Literal
 
 from autogen_core import FunctionCall, Image
 from autogen_core.models import (
@@ -195,7 +196,7 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
 
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             raise ConversationError("each message must be an object", param)
         role = message.get("role")
         if role in ("tool", "function"):
@@ -224,7 +225,7 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
             result.append(UserMessage(content=_user_content(message.get("content"), f"{param}.content"), source="user"))
         elif role == "assistant":
             text = strip_think_blocks(_text(message.get("content"), f"{param}.content"))
-            calls = _calls(message, param)
+            calls = _calls(message, param) if "tool_calls" in message or "function_call" in message else []
             if calls:
                 result.append(AssistantMessage(content=calls, thought=text or None, source="assistant"))
                 pending = {call.id: call for call in calls}
@@ -264,25 +265,38 @@ def without_images(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
 
 def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
     """The conversation with tool calls and results written out as text, consecutive turns of
-    one role merged: what a reasoning model without tool support (DeepSeek-R1) accepts."""
+    one role merged: what a reasoning model without tool support (DeepSeek-R1) accepts. A turn
+    that stays as it was is the same message object (a long plain history is not rebuilt).
+
+    >>> conversation = conversation_from_openai([{"role": "user", "content": "Hi"}, {"role": "user", "content": "Anyone?"},
+    ...                                          {"role": "assistant", "content": "Hello!"}])
+    >>> [(m.source, m.content) for m in as_transcript(conversation)]
+    [('user', 'Hi\\n\\nAnyone?'), ('assistant', 'Hello!')]
+    >>> as_transcript(conversation)[1] is conversation[2]
+    True
+    """
     out: list[LLMMessage] = []
     run_role = ""
     run: list[str] = []  # the texts of the current run of one role, joined once when it ends
+    run_message: LLMMessage | None = None  # the run's only message, when it can stand as it is
 
     def end_run() -> None:
-        if run:
+        if len(run) == 1 and run_message is not None:
+            out.append(run_message)
+        elif run:
             text = "\n\n".join(run)
             out.append(UserMessage(content=text, source="user") if run_role == "user"
                        else AssistantMessage(content=text, source="assistant"))
-            run.clear()
+        run.clear()
 
-    def add(role: str, text: str) -> None:
-        nonlocal run_role
+    def add(role: str, text: str, unchanged: LLMMessage | None = None) -> None:
+        nonlocal run_role, run_message
         if not text:
             return
         if role != run_role:
             end_run()
             run_role = role
+        run_message = unchanged if not run else None
         run.append(text)
 
     for message in without_images(conversation):
@@ -291,10 +305,14 @@ def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
             run_role = ""
             out.append(message)
         elif isinstance(message, UserMessage):
-            add("user", message.content if isinstance(message.content, str) else "\n".join(map(str, message.content)))
+            if isinstance(message.content, str):
+                add("user", message.content, message if message.source == "user" else None)
+            else:
+                add("user", "\n".join(map(str, message.content)))
         elif isinstance(message, AssistantMessage):
             if isinstance(message.content, str):
-                add("assistant", message.content)
+                plain = message.source == "assistant" and message.thought is None
+                add("assistant", message.content, message if plain else None)
             else:
                 lines = [message.thought] if message.thought else []
                 lines += [f"[called tool {call.name} with {call.arguments}]" for call in message.content]

@@ -9,6 +9,7 @@ upstream error is masked (:func:`mask_secrets`) when it is made.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Iterable
 
 from .messages import ANSWERER_NAME, REASONER_NAME
@@ -139,9 +140,18 @@ def _shorten(text: str, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def upstream_error_from_openai(exc: Exception, model: str | None) -> UpstreamError | None:
+def is_openai_error(exc: BaseException) -> bool:
+    """True for an ``openai`` SDK error. The SDK is imported only by a pipeline that uses AutoGen's
+    stock client; before that, no exception can be one of its errors (and nothing imports it here)."""
+    openai = sys.modules.get("openai")
+    return openai is not None and isinstance(exc, openai.APIError)
+
+
+def upstream_error_from_openai(exc: BaseException, model: str | None) -> UpstreamError | None:
     """An ``openai`` SDK error (AutoGen's stock ``OpenAIChatCompletionClient``) as the same
     :class:`UpstreamError` Duet's own client raises; ``None`` for anything else."""
+    if not is_openai_error(exc):
+        return None
     import openai
 
     if isinstance(exc, openai.APITimeoutError):

@@ -4,24 +4,34 @@
 import warnings
 from typing import Any
 
-from duet.workbenches import DuetWorkbench, HttpServiceTool, McpServerTool, ProxyTool, PythonFunctionTool
+from duet.workbenches import DuetWorkbench, ProxyTool, PythonFunctionTool
 
 from .answer_agent import AnswerAgent
 from .model_client import OpenAICompatibleClient
 from .reasoning_agent import ReasoningAgent
 
-_COMPONENTS = (ReasoningAgent, AnswerAgent, OpenAICompatibleClient, DuetWorkbench, ProxyTool, PythonFunctionTool,
-               McpServerTool, HttpServiceTool)
+_COMPONENTS = (ReasoningAgent, AnswerAgent, OpenAICompatibleClient, DuetWorkbench, ProxyTool, PythonFunctionTool)
+# Components whose modules load libraries only the pipelines that use them need (mcp, httpx): named,
+# not imported; (provider, module path). tests/test_units.py checks them against the classes.
+NAMED_COMPONENTS = (
+    ("duet.workbenches.McpServerTool", "duet.workbenches.mcp.McpServerTool"),
+    ("duet.workbenches.HttpServiceTool", "duet.workbenches.http_tools.HttpServiceTool"),
+)
 
 
-def _legacy_names(component: type) -> dict[str, str]:
+def _legacy_names(current: str, full_path: str) -> dict[str, str]:
     """Both old spellings a dump could hold: the short provider and the full module path."""
-    current: str = component.component_provider_override  # type: ignore[attr-defined]
-    full_path = f"{component.__module__}.{component.__qualname__}"
     return {current.removeprefix("duet."): current, full_path.removeprefix("duet."): current}
 
 
-LEGACY_PROVIDERS: dict[str, str] = {old: new for component in _COMPONENTS for old, new in _legacy_names(component).items()}
+LEGACY_PROVIDERS: dict[str, str] = {
+    old: new
+    for current, full_path in (
+        *((c.component_provider_override, f"{c.__module__}.{c.__qualname__}") for c in _COMPONENTS),  # type: ignore[attr-defined]
+        *NAMED_COMPONENTS,
+    )
+    for old, new in _legacy_names(current, full_path).items()
+}
 
 
 def with_current_providers(tree: Any) -> Any:

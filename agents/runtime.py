@@ -8,23 +8,35 @@ import itertools
 import logging
 import os
 import uuid
-from typing import Any, Iterator
+from typing import Any
 
-from autogen_core import EVENT_LOGGER_NAME, ROOT_LOGGER_NAME, AgentId, CancellationToken, SingleThreadedAgentRuntime, TopicId
+from autogen_core import (
+    EVENT_LOGGER_NAME,
+    ROOT_LOGGER_NAME,
+    Agent,
+    AgentId,
+    CancellationToken,
+    MessageContext,
+    SingleThreadedAgentRuntime,
+    TopicId,
+)
+from autogen_core._message_handler_context import MessageHandlerContext
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, SendMessageEnvelope
-from autogen_core._telemetry import get_telemetry_envelope_metadata
+from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
 from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
 
 _logger = logging.getLogger(ROOT_LOGGER_NAME)  # where the stock runtime writes its INFO lines
 _event_logger = logging.getLogger(EVENT_LOGGER_NAME)
 
 
+_NO_SPAN = contextlib.nullcontext()  # reusable: one object for every block
+
+
 class _NoSpans:
     """Stands in for the runtime's trace helper when runtime tracing is disabled."""
 
-    @contextlib.contextmanager
-    def trace_block(self, *args: Any, **kwargs: Any) -> Iterator[None]:
-        yield None
+    def trace_block(self, *args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
+        return _NO_SPAN
 
 
 class LeanAgentRuntime(SingleThreadedAgentRuntime):
@@ -41,6 +53,13 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     the INFO lines still formatted when INFO is enabled, and spans still opened unless runtime
     tracing is disabled. Message ids are unique and UUID-shaped as AutoGen asks, but counted from
     a random base per runtime instead of drawn from the OS for each message (``uuid4``).
+
+    While nobody reads any of it (no INFO logging, no event log, no spans, no intervention
+    handler: :meth:`_unobserved`), delivering a message skips the rest of that bookkeeping too:
+    no telemetry envelope, no span attributes (the stock runtime builds them, the message's JSON
+    included, even for no-op spans), no log lines. A direct message's reply resolves its sender's
+    future at once instead of making a second trip through the queue and a task of its own, and a
+    message published to one recipient is handled in the publishing task instead of a task more.
     Relies on autogen-core 0.7.5 internals (pinned).
     """
 
@@ -48,8 +67,17 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         super().__init__(**kwargs)
         self._message_id_base = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-": a version-4 UUID's head
         self._message_count = itertools.count()
-        if os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") == "true":
+        self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
+        if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
+
+    def _unobserved(self) -> bool:
+        """Nothing reads the runtime's logs, event log or spans, and no handler intervenes."""
+        return not (self._spans or self._intervention_handlers or _logger.isEnabledFor(logging.INFO)
+                    or _event_logger.isEnabledFor(logging.INFO))
+
+    def _envelope_metadata(self) -> EnvelopeMetadata | None:
+        return get_telemetry_envelope_metadata() if self._spans else None  # only spans read it
 
     def _try_serialize(self, message: Any) -> str:
         if not _event_logger.isEnabledFor(logging.INFO):
@@ -102,7 +130,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                     future=future,
                     cancellation_token=cancellation_token,
                     sender=sender,
-                    metadata=get_telemetry_envelope_metadata(),
+                    metadata=self._envelope_metadata(),
                     message_id=message_id,
                 )
             )
@@ -147,10 +175,75 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                     cancellation_token=cancellation_token,
                     sender=sender,
                     topic_id=topic_id,
-                    metadata=get_telemetry_envelope_metadata(),
+                    metadata=self._envelope_metadata(),
                     message_id=message_id,
                 )
             )
+
+    async def _process_send(self, message_envelope: SendMessageEnvelope) -> None:
+        if not self._unobserved():
+            return await super()._process_send(message_envelope)
+        # Mirrors SingleThreadedAgentRuntime._process_send of autogen-core 0.7.5 (pinned) without the
+        # bookkeeping nobody reads; the reply goes to the sender's future here, not through the queue.
+        recipient = message_envelope.recipient
+        future = message_envelope.future
+        if recipient.type not in self._known_agent_names:
+            raise LookupError(f"Agent type '{recipient.type}' does not exist.")
+        try:
+            agent = await self._get_agent(recipient)
+            context = MessageContext(
+                sender=message_envelope.sender,
+                topic_id=None,
+                is_rpc=True,
+                cancellation_token=message_envelope.cancellation_token,
+                message_id=message_envelope.message_id,
+            )
+            with MessageHandlerContext.populate_context(agent.id):
+                response = await agent.on_message(message_envelope.message, ctx=context)
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        finally:
+            self._message_queue.task_done()
+        if not future.done():
+            future.set_result(response)
+
+    async def _process_publish(self, message_envelope: PublishMessageEnvelope) -> None:
+        if not self._unobserved():
+            return await super()._process_publish(message_envelope)
+        # Mirrors SingleThreadedAgentRuntime._process_publish of autogen-core 0.7.5 (pinned) without the
+        # bookkeeping nobody reads; one recipient's handler runs in this task (gather makes a task per recipient).
+        try:
+            deliveries = []
+            for agent_id in await self._subscription_manager.get_subscribed_recipients(message_envelope.topic_id):
+                if message_envelope.sender is not None and agent_id == message_envelope.sender:
+                    continue  # not back to the sender
+                context = MessageContext(
+                    sender=message_envelope.sender,
+                    topic_id=message_envelope.topic_id,
+                    is_rpc=False,
+                    cancellation_token=message_envelope.cancellation_token,
+                    message_id=message_envelope.message_id,
+                )
+                deliveries.append(self._deliver(await self._get_agent(agent_id), message_envelope.message, context))
+            if len(deliveries) == 1:
+                await deliveries[0]
+            elif deliveries:
+                await asyncio.gather(*deliveries)
+        except BaseException as exc:
+            if not self._ignore_unhandled_handler_exceptions:
+                self._background_exception = exc
+        finally:
+            self._message_queue.task_done()
+
+    async def _deliver(self, agent: Agent, message: Any, context: MessageContext) -> Any:
+        with MessageHandlerContext.populate_context(agent.id):
+            try:
+                return await agent.on_message(message, ctx=context)
+            except BaseException:
+                _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
+                raise
 
     async def stop_after_handlers(self, timeout: float) -> None:
         """Stops the message loop of a run that was cancelled or failed, once its handlers have ended.

@@ -22,8 +22,6 @@ import asyncio
 import logging
 from typing import Any, Iterable
 
-import openai
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -110,10 +108,9 @@ def as_api_error(exc: BaseException) -> APIError:
         return APIError(400, str(exc), param=exc.param, code="invalid_message")
     if isinstance(exc, UpstreamError):
         return upstream_api_error(exc)
-    if isinstance(exc, openai.APIError):  # AutoGen's OpenAIChatCompletionClient outside a Duet agent
-        converted = upstream_error_from_openai(exc, None)
-        if converted is not None:
-            return upstream_api_error(converted)
+    converted = upstream_error_from_openai(exc, None)  # AutoGen's OpenAIChatCompletionClient outside a Duet agent
+    if converted is not None:
+        return upstream_api_error(converted)
     if isinstance(exc, asyncio.TimeoutError):
         return APIError(504, "the duet did not finish in time", type="upstream_error", code="upstream_timeout")
     if isinstance(exc, asyncio.CancelledError):

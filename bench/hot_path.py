@@ -17,7 +17,9 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -92,7 +94,7 @@ async def measure(args: argparse.Namespace, pid: int, url: str) -> dict[str, flo
         results["ttft_ms_c1"] = statistics.median(ttft) * 1000
     profiler = None
     if args.profile:
-        py_spy = shutil.which("py-spy") or "py-spy"
+        py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"  # a venv's own
         profiler = subprocess.Popen([py_spy, "record", "--format", "raw", "--output", args.profile, "--rate", "200",
                                      "--duration", str(int(args.seconds)), "--pid", str(pid), "--nonblocking"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from autogen_core import AgentId, ClosureAgent, ClosureContext, DefaultTopicId, MessageContext
-from autogen_core import TypeSubscription
+from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 
 from duet.agents.runtime import LeanAgentRuntime
 
@@ -88,6 +88,72 @@ def test_lean_runtime_message_ids_are_unique_uuids() -> None:
     first, second = asyncio.run(ids_of_one_runtime()), asyncio.run(ids_of_one_runtime())
     assert len(first) == 6 and len(set(first + second)) == 12  # unique, also across runtimes
     assert all(uuid.UUID(message_id).version == 4 for message_id in first + second)
+
+
+async def _a_round_of_messages(runtime: SingleThreadedAgentRuntime) -> tuple[list[str], int]:
+    """Sends (a reply, a failure) and publishes (to one and to two subscribers) on ``runtime``; what was
+    received and replied, in order, and how many tasks the round created."""
+    received: list[str] = []
+
+    async def answer(_: ClosureContext, message: Counted, ctx: MessageContext) -> str:
+        if message.text == "fail":
+            raise ValueError("handler failed")
+        received.append(f"{ctx.topic_id.type if ctx.topic_id else 'rpc'} {message.text}")
+        return f"re: {message.text}"
+
+    await ClosureAgent.register_closure(runtime, "first", answer, subscriptions=lambda: [
+        TypeSubscription("alone", "first"), TypeSubscription("both", "first")])
+    await ClosureAgent.register_closure(runtime, "second", answer, subscriptions=lambda: [TypeSubscription("both", "second")])
+    loop = asyncio.get_running_loop()
+    created = 0
+
+    def counting_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        nonlocal created
+        created += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    runtime.start()
+    loop.set_task_factory(counting_factory)
+    try:
+        received.append(await asyncio.wait_for(runtime.send_message(Counted("hi"), AgentId("first", "default")), 5))
+        with pytest.raises(ValueError, match="handler failed"):
+            await asyncio.wait_for(runtime.send_message(Counted("fail"), AgentId("first", "default")), 5)
+        await runtime.publish_message(Counted("to one"), TopicId("alone", "default"))
+        await runtime.publish_message(Counted("to two"), TopicId("both", "default"))
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+    finally:
+        loop.set_task_factory(None)
+    return received, created
+
+
+def test_an_unobserved_lean_runtime_delivers_the_same_with_fewer_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No logging, event log, spans or intervention: a reply resolves its sender's future without a
+    trip through the queue (a task fewer per send) and one subscriber's handler runs in the publishing
+    task (a task fewer per publish); what is delivered, replied and raised is the stock runtime's."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+    stock_received, stock_tasks = asyncio.run(_a_round_of_messages(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False)))
+    lean = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert lean._unobserved()
+    lean_received, lean_tasks = asyncio.run(_a_round_of_messages(lean))
+    assert sorted(lean_received) == sorted(stock_received) == sorted(
+        ["rpc hi", "re: hi", "alone to one", "both to two", "both to two"])
+    # a task fewer for the reply to the send that succeeded, and for the publish with one subscriber
+    assert stock_tasks - lean_tasks == 2
+
+
+@pytest.mark.parametrize("observed_by", ["spans", "info"])
+def test_an_observed_lean_runtime_takes_the_stock_path(observed_by: str, monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    if observed_by == "spans":
+        monkeypatch.delenv("AUTOGEN_DISABLE_RUNTIME_TRACING", raising=False)
+    else:
+        monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+        caplog.set_level(logging.INFO, logger="autogen_core")
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert not runtime._unobserved()
+    received, tasks = asyncio.run(_a_round_of_messages(runtime))
+    stock_received, stock_tasks = asyncio.run(_a_round_of_messages(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False)))
+    assert sorted(received) == sorted(stock_received) and tasks == stock_tasks
 
 
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------

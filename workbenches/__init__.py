@@ -11,13 +11,19 @@ Public API:
   :class:`ServiceTools` and :class:`ToolsSettings` (a pipeline's set, from the YAML);
 - :class:`RequestContext` — what a service tool's ``_context`` parameter receives (the request's workbench
   hands it to the tool).
+
+The MCP servers and tools (``mcp``) and the HTTP tool (``httpx``) are imported on first use of their
+names, so a service whose pipelines use neither does not load those libraries.
 """
+
+import importlib
+from typing import Any
 
 from .context import RequestContext
 from .duet_workbench import DuetWorkbench, DuetWorkbenchConfig
 from .functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
-from .http_tools import HttpServiceTool, HttpToolSettings
-from .mcp import McpServer, McpServerSettings, McpServerTool, McpServerUnavailable, stop_shared_servers
+from .http_settings import HttpToolSettings
+from .mcp_settings import McpServerSettings, stop_shared_servers
 from .proxy_tool import (
     CachingToolSchema,
     ClientSideToolError,
@@ -57,3 +63,23 @@ __all__ = [
     "service_tool",
     "stop_shared_servers",
 ]
+
+_IMPORTED_ON_USE = {
+    "HttpServiceTool": ".http_tools",
+    "McpServer": ".mcp",
+    "McpServerTool": ".mcp",
+    "McpServerUnavailable": ".mcp",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _IMPORTED_ON_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next lookup finds it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,4 +1,5 @@
-"""MCP servers as service tools, through autogen-ext's ``McpWorkbench``.
+"""MCP servers as service tools, through autogen-ext's ``McpWorkbench`` (their YAML settings:
+:mod:`duet.workbenches.mcp_settings`).
 
 An :class:`McpServer` owns one server for the life of the service: started at startup (its tool
 list is read then), stopped at shutdown. When a call fails and the server no longer answers, the
@@ -12,42 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping
 
 from autogen_core import CancellationToken, Component
 from autogen_core.tools import BaseTool, ToolResult, ToolSchema
 from autogen_ext.tools.mcp import McpServerParams, McpWorkbench, StdioServerParams, StreamableHttpServerParams
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import Self
 
-from .http_tools import expand_env
+from .http_settings import expand_env
+from .mcp_settings import SHARED_SERVERS
 from .proxy_tool import ProxyToolArgs
 
 logger = logging.getLogger(__name__)
 
 _PARAMS = TypeAdapter(McpServerParams)
-
-
-class McpServerSettings(BaseModel):
-    """An MCP server in the YAML: ``command`` (+ ``args``, ``env``) for stdio, or ``url`` for streamable HTTP."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    command: Optional[str] = None
-    args: list[str] = Field(default_factory=list)
-    env: Optional[dict[str, str]] = Field(None, description="Values may use ${ENV_VAR}.")
-    cwd: Optional[str] = None
-    url: Optional[str] = None
-    headers: Optional[dict[str, str]] = Field(None, description="Values may use ${ENV_VAR}.")
-    timeout: float = Field(30.0, description="Seconds a call may take.")
-
-    def params(self) -> McpServerParams:
-        if (self.command is None) == (self.url is None):
-            raise ValueError(f"MCP server {self.name!r}: give either 'command' (stdio) or 'url' (streamable HTTP)")
-        if self.command is not None:
-            return StdioServerParams(command=self.command, args=self.args, env=self.env, cwd=self.cwd, read_timeout_seconds=self.timeout)
-        return StreamableHttpServerParams(url=self.url, headers=self.headers, timeout=self.timeout)  # type: ignore[arg-type]
 
 
 class McpServerUnavailable(RuntimeError):
@@ -169,23 +149,13 @@ async def _alive(workbench: McpWorkbench) -> bool:
     return True
 
 
-# Tools loaded from a team file share one server per set of parameters.
-_SERVERS_BY_PARAMS: dict[str, McpServer] = {}
-
-
 def shared_server(name: str, params: McpServerParams) -> McpServer:
+    """The server of tools loaded from a team file: one per set of parameters."""
     key = _PARAMS.dump_json(params).decode()
-    server = _SERVERS_BY_PARAMS.get(key)
+    server = SHARED_SERVERS.get(key)
     if server is None:
-        server = _SERVERS_BY_PARAMS[key] = McpServer(name, params)
+        server = SHARED_SERVERS[key] = McpServer(name, params)
     return server
-
-
-async def stop_shared_servers() -> None:
-    servers = list(_SERVERS_BY_PARAMS.values())
-    _SERVERS_BY_PARAMS.clear()
-    for server in servers:
-        await server.stop()
 
 
 class McpServerToolConfig(BaseModel):

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence, Union
+import sys
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from .functions import DEFAULT_TIMEOUT, PythonFunctionTool, function_tools
-from .http_tools import HttpToolSettings
-from .mcp import McpServer, McpServerSettings, McpServerTool
+from .http_settings import HttpToolSettings
+from .mcp_settings import McpServerSettings
+
+if TYPE_CHECKING:
+    from .mcp import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +48,9 @@ class ServiceTools:
         self._servers = list(servers)
         # A team file brings MCP tools whose servers must be started too.
         for tool in self._static:
-            if isinstance(tool, McpServerTool) and tool.server not in self._servers:
-                self._servers.append(tool.server)
+            server = _mcp_server_of(tool)
+            if server is not None and server not in self._servers:
+                self._servers.append(server)
         self._server_tools: list[BaseTool[Any, Any]] = []
 
     @classmethod
@@ -60,7 +65,11 @@ class ServiceTools:
             else:
                 tools += function_tools(entry.function, default_timeout=entry.timeout or settings.timeout)
         tools += [http.build() for http in settings.http]
-        servers = [McpServer(server.name, server.params()) for server in settings.mcp]
+        servers: list[McpServer] = []
+        if settings.mcp:
+            from .mcp import McpServer  # the MCP library loads only for a pipeline with MCP servers
+
+            servers = [McpServer(server.name, server.params()) for server in settings.mcp]
         return cls(tools, servers)
 
     @property
@@ -86,3 +95,10 @@ class ServiceTools:
             server.name: {"status": server.status, "restarts": server.restarts, "last_error": server.last_error}
             for server in self._servers
         }
+
+
+def _mcp_server_of(tool: BaseTool[Any, Any]) -> McpServer | None:
+    """The server of an MCP tool; None for any other tool. An MCP tool exists only once its module
+    (and the MCP library) is imported; until then nothing is imported to ask."""
+    mcp = sys.modules.get(f"{__package__}.mcp")
+    return tool.server if mcp is not None and isinstance(tool, mcp.McpServerTool) else None

@@ -15,6 +15,9 @@ MAX_CACHED_TOOL_CHARS = 8 * 1024 * 1024
 """Bound on the size of the tools kept (characters of their JSON); a tool larger than a 64th of it is never kept."""
 
 
+_KEY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps would make one per call
+
+
 class _ProxyToolCache:
     """Built :class:`ProxyTool` objects by the content of the client's entry (its JSON encoding),
     least recently used first out, bounded in count and in size. A proxy tool holds no state of a
@@ -31,7 +34,7 @@ class _ProxyToolCache:
 
     def get(self, tool: Mapping[str, Any]) -> ProxyTool:
         try:
-            key = json.dumps(tool, ensure_ascii=False, separators=(",", ":"))
+            key = _KEY_ENCODER.encode(tool)
         except (TypeError, ValueError):  # not JSON (a Python caller's own objects): built, not kept
             return ProxyTool.from_openai(tool)
         with self._lock:
