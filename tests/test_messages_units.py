@@ -218,7 +218,7 @@ def test_a_tool_round_trip_becomes_calls_and_results() -> None:
     assert assistant.content == [FunctionCall(id="toolu_1", name="Bash", arguments='{"command": "ls"}'),
                                  FunctionCall(id="toolu_2", name=model_safe_name("mcp.fs/read"), arguments="{}")]
     results = conversation[3].content
-    assert [(r.call_id, r.content, r.is_error) for r in results] == [("toolu_1", "a.txt", False), ("toolu_2", "denied", True)]
+    assert [(r.call_id, r.content, r.is_error) for r in results] == [("toolu_1", "a.txt", False), ("toolu_2", "Error: denied", True)]
     assert conversation[4].content == "Go on."
 
 

@@ -27,6 +27,9 @@ from ..errors import APIError
 from ..protocol import FunctionDefinition
 from .protocol import AnyToolChoice, MessagesRequest, NamedToolChoice, NoToolChoice
 
+ERROR_PREFIX = "Error: "
+"""Starts the text of a ``tool_result`` with ``is_error``."""
+
 DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 """Blocks kept from the answer model: a model's earlier thinking, as ``<think>`` is in chat history."""
 
@@ -232,6 +235,8 @@ def _tool_result(block: Mapping[str, Any], param: str, parts: list[dict[str, Any
                 raise _unsupported(kind, f"{param}.content.{index}")
     message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": "\n\n".join(texts)}
     if block.get("is_error") is True:
+        # OpenAI-compatible models have no field for it: the text says so, and the result is marked (read_input).
+        message["content"] = f"{ERROR_PREFIX}{message['content']}"
         message["is_error"] = True
     return message
 
