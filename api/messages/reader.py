@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from autogen_core.models import FunctionExecutionResultMessage, LLMMessage
 from pydantic import ValidationError
@@ -148,19 +148,19 @@ def chat_messages_of(request: MessagesRequest) -> list[dict[str, Any]]:
     return out
 
 
-def _blocks(content: Any, param: str) -> list[Mapping[str, Any]]:
+def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     """``content`` as a list of blocks (a string is one text block)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
         raise APIError(400, f"{param}: must be a string or a list of content blocks", param=param)
     for index, block in enumerate(content):
-        if not isinstance(block, Mapping):
+        if not isinstance(block, dict):
             raise APIError(400, f"{param}.{index}: a content block must be an object", param=f"{param}.{index}")
     return content
 
 
-def _text_of(block: Mapping[str, Any], param: str) -> str:
+def _text_of(block: dict[str, Any], param: str) -> str:
     text = block.get("text")
     if not isinstance(text, str):
         raise APIError(400, f"{param}.text: a text block needs a string 'text'", param=f"{param}.text")
@@ -181,9 +181,9 @@ def _text(content: Any, param: str) -> str:
     return "\n\n".join(texts) if isinstance(content, list) else texts[0]
 
 
-def _image_part(block: Mapping[str, Any], param: str) -> dict[str, Any]:
+def _image_part(block: dict[str, Any], param: str) -> dict[str, Any]:
     source = block.get("source")
-    kind = source.get("type") if isinstance(source, Mapping) else None
+    kind = source.get("type") if isinstance(source, dict) else None
     if kind == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):  # type: ignore[union-attr]
         url = f"data:{source['media_type']};base64,{source['data']}"  # type: ignore[index]
     elif kind == "url" and isinstance(source.get("url"), str) and source["url"]:  # type: ignore[union-attr,index]
@@ -216,7 +216,7 @@ def _user_turn(content: Any, param: str) -> list[dict[str, Any]]:
     return results
 
 
-def _tool_result(block: Mapping[str, Any], param: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _tool_result(block: dict[str, Any], param: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     """A ``tool`` message; the result's images go to ``parts`` (a tool message holds only text)."""
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
@@ -254,7 +254,7 @@ def _assistant_turn(content: Any, param: str) -> dict[str, Any] | None:
             name, call_id, arguments = block.get("name"), block.get("id"), block.get("input", {})
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
                 raise APIError(400, f"{block_param}: a tool_use needs a string 'id' and 'name'", param=block_param)
-            if not isinstance(arguments, Mapping):
+            if not isinstance(arguments, dict):
                 raise APIError(400, f"{block_param}.input: must be an object", param=f"{block_param}.input")
             calls.append({"id": call_id, "type": "function",
                           "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}})
