@@ -28,7 +28,7 @@ from .errors import install_error_handlers, install_secret_masking
 from .health import Readiness
 from .limits import RequestGate
 from .routes import add_routes
-from .serving import ChatCompletionsService
+from .serving import Service
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
 logger = logging.getLogger("duet")
@@ -115,7 +115,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         try:
             for duet in pipelines.values():
                 await duet.open()  # MCP servers start here; one that cannot start stops the service
-            app.state.service = ChatCompletionsService(pipelines, options, gate)
+            app.state.service = Service(pipelines, options, gate)
             if not auth.enabled:
                 logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
             logger.info("serving %s", ", ".join(pipelines))
