@@ -112,7 +112,7 @@ def test_the_message_starts_with_the_thinking_then_text_then_tool_uses() -> None
     assert first == {"type": "tool_use", "id": "call_a", "name": "kb.search", "input": {"q": "weather"}}
     assert second == {"type": "tool_use", "id": "call_b", "name": "clock", "input": {}}
     assert body["stop_reason"] == "tool_use" and body["stop_sequence"] is None
-    assert body["usage"] == {"input_tokens": 30, "output_tokens": 7}
+    assert body["usage"] == {"input_tokens": 30, "output_tokens": 7, "output_tokens_details": {"thinking_tokens": 2}}  # the reasoner's 2
     assert (body["id"], body["type"], body["role"], body["model"]) == (ID, "message", "assistant", MODEL)
 
 

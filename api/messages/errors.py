@@ -52,9 +52,11 @@ def error_body(error: APIError) -> dict[str, object]:
     return ErrorBody(error=ErrorDetail(type=error_type(error.status), message=error.detail.message)).model_dump()
 
 
-def error_response(error: APIError) -> JSONResponse:
-    """The HTTP answer to a request that failed before its stream began (``Retry-After`` kept)."""
-    return JSONResponse(error_body(error), status_code=error.status, headers=error.headers)
+def error_response(error: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The HTTP answer to a request that failed before its stream began (the error's ``Retry-After``
+    kept, ``headers`` added)."""
+    merged = {**error.headers, **(headers or {})} if error.headers else headers
+    return JSONResponse(error_body(error), status_code=error.status, headers=merged)
 
 
 def error_event(error: APIError) -> bytes:

@@ -6,19 +6,19 @@ defaults need. Messages stay plain dicts: :mod:`duet.api.messages.reader` valida
 in one pass, with error paths like ``messages.2.content.0.type``.
 
 Responses: every shape Duet writes (the ``message``, its content blocks, the error body, the
-``count_tokens`` answer). The streamed path writes its events with a byte encoder
-(:mod:`duet.api.messages.stream`) for speed; a unit test holds it equal to these models.
+``count_tokens`` answer). The streamed path writes its events as bytes (:mod:`duet.api.messages.stream`)
+for speed; a unit test holds the message the Anthropic SDK assembles from them equal to these models'.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..protocol import INT64_MAX, NullableBool
+from ..protocol import INT64_MAX, NullableBool, Omitted, _Response
 
 
 class _Lenient(BaseModel):
@@ -116,9 +116,21 @@ class ToolUseBlock(BaseModel):
 ContentBlock = Union[ThinkingBlock, TextBlock, ToolUseBlock]
 
 
-class MessageUsage(BaseModel):
+class OutputTokensDetails(BaseModel):
+    thinking_tokens: int
+
+
+class MessageUsage(_Response):
+    """Both stages summed; the reasoner's output tokens are the ``thinking_tokens`` of ``output_tokens``."""
+
     input_tokens: int
     output_tokens: int
+    output_tokens_details: Annotated[Optional[OutputTokensDetails], Omitted] = None
+
+    @classmethod
+    def of(cls, input_tokens: int, output_tokens: int, thinking_tokens: int) -> "MessageUsage":
+        details = OutputTokensDetails(thinking_tokens=thinking_tokens) if thinking_tokens else None
+        return cls(input_tokens=input_tokens, output_tokens=output_tokens, output_tokens_details=details)
 
 
 class Message(BaseModel):

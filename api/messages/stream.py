@@ -17,7 +17,7 @@ from duet.agents.events import ToolCall
 from ..errors import APIError
 from ..protocol import WireFinishReason
 from .errors import error_event
-from .protocol import STOP_REASONS, thinking_signature, tool_input_json
+from .protocol import STOP_REASONS, MessageUsage, thinking_signature, tool_input_json
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
@@ -39,7 +39,7 @@ class MessageStreamWriter:
     block, answer text a ``text`` block, each client tool call a ``tool_use`` block; a part of
     another kind than the open block closes it and opens the next."""
 
-    __slots__ = ("_message_id", "_model", "_out", "_index", "_open")
+    __slots__ = ("_message_id", "_model", "_out", "_index", "_open", "_delta_head")
 
     def __init__(self, message_id: str, model: str) -> None:
         self._message_id = message_id
@@ -47,6 +47,7 @@ class MessageStreamWriter:
         self._out: list[bytes] = []
         self._index = -1  # of the newest block
         self._open = 0  # _THINKING, _TEXT or 0 (none open)
+        self._delta_head = b""  # of the open block's deltas: rendered once per block, not per delta
 
     def take(self) -> bytes:
         """What was written since the last call (the usual batch is one event, handed over uncopied)."""
@@ -64,12 +65,14 @@ class MessageStreamWriter:
     def reasoning(self, text: str) -> None:
         if self._open != _THINKING:
             self._open_block(_THINKING, b'{"type":"thinking","thinking":"","signature":""}}\n\n')
-        self._out.append(_DELTA % self._index + b'"thinking_delta","thinking":' + _json(text) + b"}}\n\n")
+            self._delta_head = _DELTA % self._index + b'"thinking_delta","thinking":'
+        self._out.append(self._delta_head + _json(text) + b"}}\n\n")
 
     def content(self, text: str) -> None:
         if self._open != _TEXT:
             self._open_block(_TEXT, b'{"type":"text","text":""}}\n\n')
-        self._out.append(_DELTA % self._index + b'"text_delta","text":' + _json(text) + b"}}\n\n")
+            self._delta_head = _DELTA % self._index + b'"text_delta","text":'
+        self._out.append(self._delta_head + _json(text) + b"}}\n\n")
 
     def tool_call(self, index: int, call: ToolCall) -> None:
         self._open_block(0, b'{"type":"tool_use","id":' + _json(call.id) + b',"name":' + _json(call.name) + b',"input":{}}}\n\n')
@@ -81,10 +84,10 @@ class MessageStreamWriter:
     def function_call(self, call: ToolCall) -> None:  # legacy OpenAI functions: not a Messages client's
         self.tool_call(0, call)
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
         self._close_block()
-        delta = {"type": "message_delta", "delta": {"stop_reason": STOP_REASONS[reason], "stop_sequence": None},
-                 "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens}}
+        usage = MessageUsage.of(prompt_tokens, completion_tokens, reasoning_tokens).model_dump(exclude_none=True)
+        delta = {"type": "message_delta", "delta": {"stop_reason": STOP_REASONS[reason], "stop_sequence": None}, "usage": usage}
         self._out += (b"event: message_delta\ndata: " + _json(delta) + b"\n\n",
                       b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
 
