@@ -4,8 +4,11 @@ first byte, a client that hangs up, ``count_tokens`` and the model aliases."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import signal
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import anthropic
@@ -354,3 +357,32 @@ def test_the_routes_answer_without_v1_too(raw: httpx.Client) -> None:
     response = raw.post("/messages", json={"model": "duet", "max_tokens": 10, "messages": QUESTION})
     assert response.status_code == 200 and response.json()["type"] == "message"
     assert raw.post("/messages/count_tokens", json={"model": "duet", "messages": QUESTION}).json() == {"input_tokens": 9}
+
+
+def test_shutdown_ends_a_running_stream_with_one_error_event(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """After the drain time a stream still running ends with one Anthropic ``event: error``, and a
+    collected request gets 503 with the Anthropic body."""
+    drain = 1.0
+    server = DuetServer([], {
+        "DUET_MODEL_NAME": "duet", "DUET_REASONER_BASE_URL": upstream.base_url, "DUET_REASONER_MODEL": REASONER,
+        "DUET_ANSWER_BASE_URL": upstream.base_url, "DUET_ANSWER_MODEL": ANSWER,
+        "DUET_API_KEYS": API_KEY, "DUET_PING_INTERVAL": "0.2", "DUET_SHUTDOWN_TIMEOUT": str(drain),
+    }, tmp_path / "duet.log")
+    try:
+        upstream.set_default(lambda body: Reply(reasoning=[f"step {i} " for i in range(200)], delay_between=0.1))
+        headers = {"x-api-key": API_KEY}
+        body = {"model": "duet", "max_tokens": 50, "messages": QUESTION}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            streamed = pool.submit(lambda: httpx.post(f"{server.base_url}/v1/messages", headers=headers, json={**body, "stream": True}, timeout=30))
+            collected = pool.submit(lambda: httpx.post(f"{server.base_url}/v1/messages", headers=headers, json=body, timeout=30))
+            assert wait_for(lambda: len(upstream.requests_for(REASONER)) == 2)
+            server.process.send_signal(signal.SIGTERM)
+            events = named_events(streamed.result(timeout=15).content)
+            response = collected.result(timeout=15)
+        assert [name for name, _ in events].count("error") == 1 and events[-1][0] == "error"
+        assert events[-1][1]["error"]["type"] == "overloaded_error"
+        assert any(name == "content_block_delta" and data["delta"]["type"] == "thinking_delta" for name, data in events)
+        assert response.status_code == 503 and response.json()["error"]["type"] == "overloaded_error"
+        server.process.wait(timeout=drain + 8)
+    finally:
+        server.stop()
