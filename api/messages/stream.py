@@ -14,6 +14,7 @@ import json
 
 from duet.agents.events import ToolCall
 
+from ..chunks import ChunkWriter
 from ..errors import APIError
 from ..protocol import WireFinishReason
 from .errors import error_event
@@ -49,13 +50,9 @@ class MessageStreamWriter:
         self._open = 0  # _THINKING, _TEXT or 0 (none open)
         self._delta_head = b""  # of the open block's deltas: rendered once per block, not per delta
 
-    def take(self) -> bytes:
-        """What was written since the last call (the usual batch is one event, handed over uncopied)."""
-        out = self._out
-        if not out:
-            return b""
-        self._out = []
-        return out[0] if len(out) == 1 else b"".join(out)
+    # What was written since the last call, handed over as Chat Completions hands over its chunks (a
+    # batch of one event uncopied, a longer one joined once): the same method, on the same ``_out`` list.
+    take = ChunkWriter.take
 
     def start(self) -> None:
         message = {"id": self._message_id, "type": "message", "role": "assistant", "model": self._model, "content": [],
