@@ -222,6 +222,17 @@ def test_a_tool_round_trip_becomes_calls_and_results() -> None:
     assert conversation[4].content == "Go on."
 
 
+def test_a_tool_result_block_of_another_type_is_passed_on_as_its_json() -> None:
+    """Claude Code's tool search answers with ``tool_reference`` blocks; every tool is the model's already."""
+    wire = request(messages=[
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ToolSearch", "input": {"query": "cron"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "tool_reference", "tool_name": "CronCreate"}]}]},
+    ])
+    [result] = read_input(wire).conversation[-1].content
+    assert json.loads(result.content) == {"type": "tool_reference", "tool_name": "CronCreate"}
+
+
 def test_claude_codes_system_message_inside_messages_and_images() -> None:
     wire = request(messages=[
         {"role": "system", "content": "Project rules."},

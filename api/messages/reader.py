@@ -231,8 +231,8 @@ def _tool_result(block: dict[str, Any], param: str, parts: list[dict[str, Any]])
             elif kind == "image":
                 parts.append(_image_part(item, f"{param}.content.{index}"))
                 texts.append("(an image, shown after the results)")
-            else:
-                raise _unsupported(kind, f"{param}.content.{index}")
+            else:  # what a tool returned is the model's to read: Claude Code's tool search returns tool_reference blocks
+                texts.append(json.dumps(item, ensure_ascii=False))
     message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": "\n\n".join(texts)}
     if block.get("is_error") is True:
         # OpenAI-compatible models have no field for it: the text says so, and the result is marked (read_input).
