@@ -32,6 +32,7 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	$(PIP) install -q --no-deps autogenstudio==0.4.2.2
 	scripts/ensure-redis
 	scripts/ensure-codex $(VENV)/node
+	scripts/ensure-claude-code $(VENV)/claude-code
 	# The packaging test installs the built wheel beside openai-agents in a fresh venv, offline:
 	# what that venv and the wheel's build need is fetched here (websockets is left free: openai-agents caps it below 17).
 	grep -v '^websockets==' constraints.txt > $(VENV)/constraints-packaging.txt

@@ -104,6 +104,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     options = config.options
     continuations = open_store(options.state_url, timeout=options.store_timeout)  # an unwritable SQLite path stops here
     pipelines = config.build(continuations)
+    unknown = {alias: name for alias, name in options.model_aliases.items() if name not in pipelines}
+    if unknown:
+        alias, name = next(iter(unknown.items()))
+        raise ValueError(f"model_aliases: '{alias}' names the pipeline '{name}', which is not served (served: {', '.join(pipelines)})")
     gate = RequestGate(options)
     readiness = Readiness(pipelines, continuations, options)
 
@@ -130,7 +134,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     install_error_handlers(app)
     if options.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=options.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["authorization", "content-type"], max_age=600)
+                           allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"], max_age=600)
 
     add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines, responses=Responses(ResponseStore(continuations)))
     app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing

@@ -1,4 +1,5 @@
-"""Bearer-key authentication (``DUET_API_KEYS``)."""
+"""Key authentication (``DUET_API_KEYS``): ``Authorization: Bearer <key>``, or ``x-api-key: <key>``
+as the Anthropic SDK sends it; the same keys either way."""
 
 from __future__ import annotations
 
@@ -25,9 +26,16 @@ class BearerAuth:
         """Whether the request carries a valid key (always, when the endpoint is open)."""
         if not self._keys:
             return True
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        headers = request.headers
+        authorization = headers.get("authorization")
+        if authorization is not None:
+            scheme, _, token = authorization.partition(" ")
+            if scheme.lower() != "bearer":
+                return False
+        else:
+            token = headers.get("x-api-key", "")
         given = token.strip().encode()
-        return scheme.lower() == "bearer" and any(hmac.compare_digest(given, key) for key in self._keys)
+        return any(hmac.compare_digest(given, key) for key in self._keys)
 
     def may_see_details(self, request: Request) -> bool:
         """Whether the service's insides (readiness checks, counters) may be shown: with keys
@@ -38,10 +46,10 @@ class BearerAuth:
 
     async def __call__(self, request: Request) -> None:
         if not self.accepts(request):
-            header = request.headers.get("authorization", "")
+            given = "authorization" in request.headers or "x-api-key" in request.headers
             raise APIError(
                 401,
-                "Incorrect API key provided." if header else "Missing API key: send 'Authorization: Bearer <key>'.",
+                "Incorrect API key provided." if given else "Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>').",
                 type="invalid_request_error",
                 code="invalid_api_key",
             )

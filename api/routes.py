@@ -15,6 +15,7 @@ from .auth import BearerAuth
 from .errors import as_api_error
 from .health import Readiness
 from .limits import RequestGate
+from .messages import AnthropicMessages, count_tokens
 from .chat import ChatCompletions
 from .protocol import ModelList
 from .responses import Responses
@@ -52,6 +53,16 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
         except Exception as exc:
             return responses.error_response(as_api_error(exc))
 
+    anthropic_messages = AnthropicMessages()
+    messages = protocol_endpoint(anthropic_messages, auth)
+
+    async def messages_count_tokens(request: Request) -> Response:
+        try:
+            await auth(request)
+            return await count_tokens(request.app.state.service, request)
+        except Exception as exc:  # the Anthropic error shape, as for /v1/messages
+            return anthropic_messages.error_response(as_api_error(exc))
+
     async def service(request: Request) -> Service:
         return request.app.state.service  # type: ignore[no-any-return]
 
@@ -82,6 +93,8 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
         app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
         app.add_route(f"{prefix}/responses", create_response, methods=["POST"], include_in_schema=prefix == "/v1")
         app.add_route(f"{prefix}/responses/{{response_id}}", retrieve_response, methods=["GET"], include_in_schema=prefix == "/v1")
+        app.add_route(f"{prefix}/messages", messages, methods=["POST"], include_in_schema=prefix == "/v1")
+        app.add_route(f"{prefix}/messages/count_tokens", messages_count_tokens, methods=["POST"], include_in_schema=prefix == "/v1")
         app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)

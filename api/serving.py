@@ -28,7 +28,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput
 from duet.workbenches import ProxyTool
 
 from .chunks import PING
@@ -107,6 +107,11 @@ class WireProtocol(Generic[P]):
         """Called once the run's last event is rendered, before the stream's last bytes or the
         collected body are written (the Responses API stores the response here). Bounded by the caller's store timeout."""
 
+    def reasoning_output(self, configured: ReasoningOutput) -> ReasoningOutput:
+        """How this protocol shows reasoning, given the pipeline's ``reasoning_output``: as configured,
+        unless the protocol has a place of its own for reasoning."""
+        return configured
+
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
         """An error before the stream began (or instead of a body): the HTTP status and this protocol's body."""
         return error.response(headers=headers)
@@ -163,8 +168,10 @@ class Service:
         return ModelList(data=[Model(id=name, created=self.created) for name in self.pipelines])
 
     def pipeline(self, name: str) -> Duet:
-        """The pipeline served as ``name``; 404 naming those served otherwise."""
+        """The pipeline served as ``name`` (or that ``model_aliases`` maps it to); 404 naming those served otherwise."""
         duet = self.pipelines.get(name)
+        if duet is None and (aliased := self.options.aliased(name)) is not None:  # model_aliases: a name a client insists on
+            duet = self.pipelines.get(aliased)
         if duet is None:
             raise APIError(404, f"The model '{name}' does not exist; this server serves: {', '.join(self.pipelines)}",
                            param="model", code="model_not_found")
@@ -213,7 +220,7 @@ class Service:
                 raise
             if run_request.stream:
                 writer = protocol.stream_writer(run_request, response_id)
-                renderer = Renderer(writer, duet.reasoning_output, run_request.legacy)
+                renderer = Renderer(writer, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
                 source = _EventSource(self, run, protocol, run_request, renderer, writer, first_wait=self.ping_interval)
                 return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
                                            disconnected=disconnected, stopped=gate.stopped)
@@ -250,7 +257,7 @@ class Service:
                 return Response(status_code=499)
             return protocol.error_response(shutting_down(), headers={"connection": "close"})
         fold = protocol.fold(run_request, response_id)
-        renderer = Renderer(fold, duet.reasoning_output, run_request.legacy)
+        renderer = Renderer(fold, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
         renderer.start()
         for event in collector.result():
             renderer.render(event)

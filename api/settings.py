@@ -4,6 +4,7 @@ YAML file, in that order of precedence (pydantic-settings sources, see :class:`E
 from __future__ import annotations
 
 import os
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 from urllib.parse import urlsplit
@@ -87,11 +88,35 @@ class ServiceOptions(BaseModel):
     docs: bool = Field(False, description="Serve /docs, /redoc and /openapi.json.")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Comma-separated origins allowed to call from a browser; empty: no CORS headers at all.")
     ready_probe_upstreams: bool = Field(False, description="/health/ready also asks each distinct upstream's /models (cached a few seconds).")
+    model_aliases: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Model names clients insist on (Claude Code's claude-sonnet-4-5, ...), each answered by a served pipeline: a map in YAML, comma-separated 'alias=pipeline' pairs in DUET_MODEL_ALIASES; '*' in an alias matches any text (claude-*=duet). A pipeline's own name is never aliased.",
+    )
 
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
+
+    @field_validator("model_aliases", mode="before")
+    @classmethod
+    def _alias_pairs(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        pairs = {}
+        for item in filter(None, (item.strip() for item in value.split(","))):
+            alias, equals, pipeline = item.partition("=")
+            if not equals or not alias.strip() or not pipeline.strip():
+                raise ValueError(f"expected comma-separated 'alias=pipeline' pairs, got {item!r}")
+            pairs[alias.strip()] = pipeline.strip()
+        return pairs
+
+    def aliased(self, model: str) -> str | None:
+        """The pipeline an alias names: the exact alias first, then the first pattern that matches."""
+        exact = self.model_aliases.get(model)
+        if exact is not None:
+            return exact
+        return next((pipeline for alias, pipeline in self.model_aliases.items() if "*" in alias and fnmatchcase(model, alias)), None)
 
 
 class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]

@@ -192,12 +192,16 @@ def other_values(name: str) -> tuple[Any, Any]:
         return default + 1, default + 2
     if isinstance(default, list):
         return ["https://yaml.example"], ["https://variable.example", "https://other.example"]
+    if isinstance(default, dict):
+        return {"claude-*": "a"}, {"claude-sonnet-4-5": "a", "gpt-4o": "b"}
     return "memory://", "sqlite:///variable.db"
 
 
 def as_variable(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):
+        return ", ".join(f"{alias}={name}" for alias, name in value.items())
     return ",".join(value) if isinstance(value, list) else str(value)
 
 
@@ -230,6 +234,17 @@ def test_each_option_is_taken_from_its_own_highest_source(tmp_path: Path, clean_
     assert (options.max_tools, options.max_messages, options.state_url, options.ping_interval) == (3, 40, "memory://", 0.5)
     assert options.max_body_bytes == ServiceOptions().max_body_bytes
     assert type(options) is ServiceOptions
+
+
+def test_model_aliases_exact_first_then_the_first_pattern_that_matches(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("DUET_MODEL_ALIASES", "claude-haiku-*=small, claude-*=big,claude-sonnet-4-5=exact")
+    options = EnvSettings().service_options()
+    assert options.model_aliases == {"claude-haiku-*": "small", "claude-*": "big", "claude-sonnet-4-5": "exact"}
+    aliased = [options.aliased(name) for name in ("claude-sonnet-4-5", "claude-haiku-4-5-20251001", "claude-opus-4-1", "gpt-4o")]
+    assert aliased == ["exact", "small", "big", None]
+    clean_env.setenv("DUET_MODEL_ALIASES", "claude-sonnet-4-5")
+    with pytest.raises(ValueError, match="alias=pipeline"):
+        EnvSettings()
 
 
 FLAG_VALUES = {  # field: (as a flag, as a variable, the flag's value once parsed)

@@ -1,0 +1,67 @@
+"""Claude Code, the real CLI (``claude -p``, headless), with Duet as its model: ``ANTHROPIC_BASE_URL``
+at Duet, its own default model id reaching the ``duet`` pipeline through the ``claude-*`` alias, and
+a task that needs one of its own tools (Read). The scripted upstream plays the models: the answer
+model calls Read on the file, then answers from what the tool returned. ``make test`` installs the
+CLI (scripts/ensure-claude-code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import ANSWER, API_KEY, DuetServer
+from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream, default_responder
+
+CLAUDE = Path(sys.executable).parent.parent / "claude-code" / "node_modules" / ".bin" / "claude"
+SECRET = "duet-claude-code-7f3a"
+
+
+def tool_results(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body.get("messages", []) if m.get("role") == "tool"]
+
+
+def test_claude_code_reads_a_file_with_its_own_tool(duet: DuetServer, upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    assert CLAUDE.exists(), "the Claude Code CLI is required: `make test` installs it (scripts/ensure-claude-code .venv/claude-code)"
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "secret.txt").write_text(f"{SECRET}\n")
+
+    def models(body: dict[str, Any]) -> Reply:
+        tools = {tool["function"]["name"] for tool in body.get("tools", [])}
+        if body["model"] != ANSWER:
+            return default_responder(body)  # the reasoner thinks
+        results = tool_results(body)
+        if results:
+            return Reply(content=["The file says: ", results[-1]])
+        if "Read" in tools:
+            return Reply(content=["Reading it."], tool_calls=[ScriptedCall("Read", json.dumps({"file_path": str(work / "secret.txt")}))])
+        return Reply(content=["ok"])  # Claude Code's side requests (titles, summaries): no tools
+
+    upstream.set_default(models)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path / "home"),  # no settings, credentials or history of this machine's user
+        "ANTHROPIC_BASE_URL": duet.base_url,
+        "ANTHROPIC_API_KEY": API_KEY,
+        # Nothing but the model calls leaves the machine: no update check, telemetry or error reports.
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
+    done = subprocess.run([str(CLAUDE), "-p", "What does secret.txt say?", "--allowedTools", "Read"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert f"The file says:" in done.stdout and SECRET in done.stdout, (done.stdout, done.stderr)
+
+    calls = upstream.requests_for(ANSWER)
+    with_results = [call for call in calls if tool_results(call.body)]
+    assert with_results, "the tool ran on the client and its result came back"
+    assert SECRET in tool_results(with_results[-1].body)[-1]
+    first = next(call.body for call in calls if "tools" in call.body)
+    assert len(first["tools"]) >= 5  # its own tools, with their input schemas
+    assert all(message["role"] in ("system", "user", "assistant", "tool") for message in first["messages"])
