@@ -30,7 +30,9 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]" -r requirements-studio.txt
 	# AutoGen Studio declares autogen < 0.6 but runs with 0.7.5: installed last, without its pins.
 	$(PIP) install -q --no-deps autogenstudio==0.4.2.2
-	scripts/ensure-redis
+	# Debian's Redis (the shared state store), HAProxy (the replicas' load balancer) and docker-compose
+	# (`docker-compose config` checks docker-compose.yml; no engine runs): the tests run them.
+	scripts/ensure-packages redis-server=redis-server haproxy=haproxy docker-compose=docker-compose
 	# The packaging test installs the built wheel beside openai-agents in a fresh venv, offline:
 	# what that venv and the wheel's build need is fetched here (websockets is left free: openai-agents caps it below 17).
 	grep -v '^websockets==' constraints.txt > $(VENV)/constraints-packaging.txt
