@@ -17,9 +17,10 @@ serve: $(VENV)/.serve-ready
 test: $(VENV)/.test-ready
 	$(BIN)/python -m pytest
 
+# A clean environment: no DUET_* of the caller's reaches the benchmarks (or the servers they start).
 bench: $(VENV)/.serve-ready
-	$(BIN)/python bench/bench.py
-	$(BIN)/python bench/growth.py
+	unset $$(env | sed -n 's/^\(DUET_[A-Za-z0-9_]*\)=.*/\1/p'); \
+	$(BIN)/python bench/bench.py && $(BIN)/python bench/growth.py
 
 $(VENV)/.serve-ready: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

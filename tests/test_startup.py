@@ -155,3 +155,17 @@ def test_the_startup_summary_is_in_the_log(duet: DuetServer, upstream: ScriptedU
     assert "INFO duet: pipeline 'duet-functions': " in log and "service tools: tests.service_tools_fixtures:lookup_customer;" in log
     assert "INFO duet: auth: on (2 API keys)" in log and "INFO duet: workers: 1" in log
     assert f"INFO duet: state store: sqlite:///{duet.log.parent / 'state.db'}" in log
+
+
+def test_the_benchmarks_show_why_duet_did_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make bench`` starts ``duet serve`` through bench/harness.py: a start that fails says why (its
+    stderr) at once, and a ``DUET_*`` variable of the caller's never reaches it."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import harness
+
+    monkeypatch.setenv("DUET_REASONING_OUTPUT", "bogus")  # the caller's: ignored
+    port = free_port()
+    with pytest.raises(RuntimeError) as refused:
+        harness.start_duet(port, {"DUET_LOG_LEVEL": "verbose", "DUET_STATE_URL": "memory://"})
+    assert str(refused.value) == ("duet serve did not start (exit code 2); its stderr:\n"
+                                  "duet: cannot start: DUET_LOG_LEVEL=verbose: Input should be 'critical', 'error', 'warning', 'info' or 'debug'\n")
