@@ -17,9 +17,10 @@ serve: $(VENV)/.serve-ready
 test: $(VENV)/.test-ready
 	$(BIN)/python -m pytest
 
+# A clean environment: no DUET_* of the caller's reaches the benchmarks (or the servers they start).
 bench: $(VENV)/.serve-ready
-	$(BIN)/python bench/bench.py
-	$(BIN)/python bench/growth.py
+	unset $$(env | sed -n 's/^\(DUET_[A-Za-z0-9_]*\)=.*/\1/p'); \
+	$(BIN)/python bench/bench.py && $(BIN)/python bench/growth.py
 
 $(VENV)/.serve-ready: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +31,9 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]" -r requirements-studio.txt
 	# AutoGen Studio declares autogen < 0.6 but runs with 0.7.5: installed last, without its pins.
 	$(PIP) install -q --no-deps autogenstudio==0.4.2.2
-	scripts/ensure-redis
+	# Debian's Redis (the shared state store), HAProxy (the replicas' load balancer) and docker-compose
+	# (`docker-compose config` checks docker-compose.yml; no engine runs): the tests run them.
+	scripts/ensure-packages redis-server=redis-server haproxy=haproxy docker-compose=docker-compose
 	scripts/ensure-codex $(VENV)/node
 	scripts/ensure-claude-code $(VENV)/claude-code
 	# The packaging test installs the built wheel beside openai-agents in a fresh venv, offline:

@@ -30,7 +30,7 @@ from .limits import RequestGate
 from .responses import Responses, ResponseStore
 from .routes import add_routes
 from .serving import Service
-from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
+from .settings import ConfigError, ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
 logger = logging.getLogger("duet")
 
@@ -56,6 +56,10 @@ class ServiceConfig:
     pipelines: list[PipelineSettings | TeamPipelineSettings]
     api_keys: list[str] = field(default_factory=list)
     options: ServiceOptions = field(default_factory=ServiceOptions)
+    source: str = ""
+    """Where the pipelines are set, for error messages: the YAML file, or empty (the ``DUET_*`` variables)."""
+    function_tools: str = ""
+    """``DUET_FUNCTION_TOOLS`` as given, when the variables describe the pipeline."""
 
     @property
     def ping_interval(self) -> float:
@@ -76,19 +80,30 @@ class ServiceConfig:
             return cls(pipelines, env.keys, options)
         if env.config is not None:
             file = ConfigFile.load(env.config)
-            return cls(list(file.pipelines), env.keys or file.api_keys, options)
-        return cls([env.default_pipeline()], env.keys, options)
+            return cls(list(file.pipelines), env.keys or file.api_keys, options, source=str(env.config))
+        return cls([env.default_pipeline()], env.keys, options, function_tools=env.function_tools)
 
     def build(self, continuations: ContinuationStore) -> dict[str, Duet]:
-        """Creates every pipeline (model clients, service tools, team files loaded and checked) once."""
+        """Creates every pipeline (model clients, service tools, team files loaded and checked) once.
+        Raises :class:`ConfigError` naming the pipeline and where it is set."""
         duets: dict[str, Duet] = {}
         for pipeline in self.pipelines:
-            if isinstance(pipeline, TeamPipelineSettings):
-                duets[pipeline.name] = Duet.from_team(pipeline.team_file, name=pipeline.name,
-                                                      reasoning_output=pipeline.reasoning_output, continuations=continuations)
-            else:
-                duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations)
+            try:
+                if isinstance(pipeline, TeamPipelineSettings):
+                    duets[pipeline.name] = Duet.from_team(pipeline.team_file, name=pipeline.name,
+                                                          reasoning_output=pipeline.reasoning_output, continuations=continuations)
+                else:
+                    duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations)
+            except Exception as exc:  # noqa: BLE001 - a function tool that does not import, a broken team file
+                raise ConfigError(f"{self._where(pipeline)}: {exc}") from exc
         return duets
+
+    def _where(self, pipeline: PipelineSettings | TeamPipelineSettings) -> str:
+        if self.source:
+            return f"{self.source}: pipeline {pipeline.name!r}"
+        if self.function_tools:  # the one thing the variables' pipeline imports
+            return f"DUET_FUNCTION_TOOLS={self.function_tools}"
+        return f"pipeline {pipeline.name!r}"
 
 
 def create_app(config: ServiceConfig | None = None) -> FastAPI:

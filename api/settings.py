@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
 from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
@@ -21,6 +22,29 @@ from duet.workbenches import ToolsSettings
 
 
 MiB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A configuration the operator must fix, told in one line that names where it is set (the
+    file, the ``DUET_*`` variable or the flag) and what is allowed there."""
+
+
+def field_errors(exc: ValidationError, where: Callable[[tuple[Any, ...], Any], str]) -> str:
+    """A validation error on one line: each problem as ``where: what is wrong``; ``where(loc,
+    input)`` names the place of one problem (empty: a problem of the whole)."""
+    problems = []
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        place = where(tuple(error["loc"]), error.get("input"))
+        problems.append(f"{place}: {message}" if place else message)
+    return "; ".join(problems)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error as ``line L, column C: problem`` (PyYAML's own text spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
 
 
 def usable_cores() -> int:
@@ -48,6 +72,8 @@ def _worker_count(value: Any) -> int:
 
 
 WorkerCount = Annotated[int, BeforeValidator(_worker_count)]
+LogLevel = Annotated[Literal["critical", "error", "warning", "info", "debug"],
+                     BeforeValidator(lambda value: value.lower() if isinstance(value, str) else value)]
 
 
 class ServiceOptions(BaseModel):
@@ -131,19 +157,19 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
 
     model_config = SettingsConfigDict(env_prefix="DUET_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    config: Optional[Path] = None
+    host: str = Field("127.0.0.1", description="Interface to bind (0.0.0.0: every interface).")
+    port: int = Field(8000, ge=0, le=65535, description="Port to serve on.")
+    config: Optional[Path] = Field(None, description="YAML file of pipelines and service-wide options.")
     team: Optional[Path] = Field(None, description="Serve this team file as the only pipeline.")
     api_keys: str = Field("", description="Comma-separated bearer keys; empty means the endpoint is open.")
-    model_name: str = DEFAULT_PIPELINE_NAME
-    reasoner_base_url: str = DEFAULT_BASE_URL
-    reasoner_model: str = Field("deepseek-r1:7b", description="Empty: the answer model serves alone.")
-    answer_base_url: str = DEFAULT_BASE_URL
-    answer_model: str = "qwen2.5:7b"
-    reasoning_output: ReasoningOutput = DEFAULT_REASONING_OUTPUT
+    model_name: str = Field(DEFAULT_PIPELINE_NAME, description="Served model name of the default pipeline.")
+    reasoner_base_url: str = Field(DEFAULT_BASE_URL, description="OpenAI-compatible base URL of the reasoning model.")
+    reasoner_model: str = Field("deepseek-r1:7b", description="The reasoning model; empty: the answer model serves alone.")
+    answer_base_url: str = Field(DEFAULT_BASE_URL, description="OpenAI-compatible base URL of the answer model.")
+    answer_model: str = Field("qwen2.5:7b", description="The answer model (calls the tools).")
+    reasoning_output: ReasoningOutput = Field(DEFAULT_REASONING_OUTPUT, description="reasoning_content, think (inline <think>) or hidden.")
     function_tools: str = Field("", description="Comma-separated 'module:function' paths: service tools of the default pipeline.")
-    log_level: str = "info"
+    log_level: LogLevel = Field("info", description="Duet's own log level (uvicorn's too).")
 
     @classmethod
     def settings_customise_sources(
@@ -222,11 +248,23 @@ class ConfigFile(ServiceOptions):
 
     @classmethod
     def load(cls, path: Path) -> "ConfigFile":
-        data = yaml.safe_load(path.read_text()) or {}
-        config = cls.model_validate(data)
+        """Reads and validates the file. Raises :class:`ConfigError` naming the file (and the line of
+        a syntax error, the key of a wrong value)."""
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror or exc}") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: {yaml_problem(exc)}") from None
+        try:
+            config = cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: " + field_errors(exc, lambda loc, _value: ".".join(str(part) for part in loc))) from None
         names = [p.name for p in config.pipelines]
         if len(names) != len(set(names)):
-            raise ValueError(f"{path}: pipeline names must be unique, got {names}")
+            raise ConfigError(f"{path}: pipeline names must be unique, got {names}")
         for pipeline in config.pipelines:
             if isinstance(pipeline, TeamPipelineSettings) and not pipeline.team_file.is_absolute():
                 pipeline.team_file = path.parent / pipeline.team_file
@@ -250,3 +288,24 @@ class ConfigFileOptions(PydanticBaseSettingsSource):
             return {}
         file = ConfigFile.load(Path(config))
         return {name: getattr(file, name) for name in file.model_fields_set & ServiceOptions.model_fields.keys()}
+
+
+def load_settings(flags: Mapping[str, Any] | None = None) -> EnvSettings:
+    """:class:`EnvSettings` from ``flags`` (the command line's), the ``DUET_*`` variables and the
+    YAML file. Raises :class:`ConfigError` naming the flag, the variable or the file at fault."""
+    flags = dict(flags or {})
+
+    def where(loc: tuple[Any, ...], value: Any) -> str:
+        if not loc:
+            return ""
+        name = str(loc[0])
+        if name in flags:
+            return f"--{name.replace('_', '-')} {value}"
+        return f"DUET_{name.upper()}={value}"
+
+    try:
+        return EnvSettings(**flags)
+    except ValidationError as exc:
+        raise ConfigError(field_errors(exc, where)) from None
+    except SettingsError as exc:  # a variable pydantic-settings could not decode
+        raise ConfigError(str(exc)) from None

@@ -15,6 +15,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONER, ANSWER = "bench-r1", "bench-answer"
+DUET = str(Path(sys.executable).parent / "duet")  # the console script the package installs beside this interpreter
 
 
 def free_port() -> int:
@@ -95,10 +97,12 @@ async def throughput(call: Callable[[], Awaitable[object]], concurrency: int, se
     return done, time.perf_counter() - start
 
 
-def wait_up(url: str, timeout: float = 30) -> None:
-    """Until ``url`` answers with anything but a 5xx."""
+def wait_up(url: str, timeout: float = 30, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Until ``url`` answers with anything but a 5xx; raises at once if ``process`` (what serves it) exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited with {process.returncode} before it answered")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url, timeout=1).status_code < 500:
                 return
@@ -124,17 +128,28 @@ def wait_idle(port: int, key: str = "", timeout: float = 60) -> int | None:
     return count
 
 
+STDERR_SHOWN = 4000  # characters of Duet's stderr a failed start shows (its end)
+
+
 def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    """``duet serve`` on ``port`` with ``env`` over a copy of this environment without its ``DUET_*`` variables."""
+    """``duet serve`` on ``port`` with ``env`` over a copy of this environment without its ``DUET_*``
+    variables. Without a ``log``, its stderr is kept in a temporary file and shown if it does not start."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
     clean.update({"DUET_PORT": str(port), "DUET_LOG_LEVEL": "warning", **env})
     stdout = log if log is not subprocess.DEVNULL else None
-    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=ROOT, env=clean, stdout=stdout, stderr=log)
-    try:
-        wait_up(f"http://127.0.0.1:{port}/health")
-    except BaseException:
-        stop(duet)
-        raise
+    with contextlib.ExitStack() as cleanup:
+        stderr = log if log is not subprocess.DEVNULL else cleanup.enter_context(tempfile.TemporaryFile())
+        duet = subprocess.Popen([DUET, "serve"], cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
+        try:
+            wait_up(f"http://127.0.0.1:{port}/health", process=duet)
+        except BaseException as exc:
+            stop(duet)
+            if not isinstance(exc, Exception) or stderr is log:
+                raise
+            stderr.seek(0)
+            shown = stderr.read().decode(errors="replace")[-STDERR_SHOWN:]
+            raise RuntimeError(f"duet serve did not start (exit code {duet.returncode}); its stderr:\n{shown}") from None
+    # Serving: this handle closes, the child keeps writing to its own (a file never blocks it as a full pipe would).
     return duet
 
 

@@ -201,7 +201,8 @@ def test_a_bad_worker_count_is_a_one_line_error(flag: str | None, variable: str 
     if variable is not None:
         clean_env.setenv("DUET_WORKERS", variable)
     error = refusal(["--workers", flag] if flag is not None else [], capsys)
-    assert error.startswith("duet: cannot start: workers: ") and "'auto'" in error
+    where = f"--workers {flag}" if flag is not None else f"DUET_WORKERS={variable}"
+    assert error.startswith(f"duet: cannot start: {where}: ") and "'auto'" in error
 
 
 @pytest.mark.parametrize("where", ["variables", "yaml"])
