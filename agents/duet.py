@@ -243,7 +243,7 @@ class Duet:
                             reasoning.append(reply.text)
                     elif isinstance(reply, ClientHandoff):
                         finish_reason = "tool_calls"
-                        await self._keep(reply.turn, "\n\n".join(reasoning) or earlier_reasoning)
+                        await self._keep(reply.turn, "\n\n".join(reasoning) or earlier_reasoning or "")
                     elif isinstance(reply, AnswerReply):
                         finish_reason = reply.finish_reason
                     # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
@@ -264,12 +264,13 @@ class Duet:
     def _key(self, call_id: str) -> str:
         return f"{self.name}:{call_id}"  # a pipeline only ever continues its own rounds
 
-    async def _restore(self, conversation: list[LLMMessage]) -> tuple[list[LLMMessage], str]:
+    async def _restore(self, conversation: list[LLMMessage]) -> tuple[list[LLMMessage], str | None]:
         """Puts back the hidden part of every tool round since the last user message (a follow-up
-        may continue several), and returns the reasoning the latest of them was answered with."""
+        may continue several), and returns the reasoning the latest of them was answered with
+        (``None`` when no round was restored)."""
         if not ends_with_tool_results(conversation):
-            return conversation, ""
-        reasoning = ""
+            return conversation, None
+        reasoning: str | None = None
         for index in reversed(tool_rounds(conversation)):  # from the end, so earlier indices hold
             call_ids = [call.id for call in conversation[index].content]  # type: ignore[union-attr]
             try:

@@ -97,9 +97,10 @@ class FailureReply:
 Reply = ReasoningReply | AnswerReply | ClientHandoff | FailureReply
 
 
-def task_messages(conversation: list[LLMMessage], earlier_reasoning: str = "") -> list[BaseChatMessage]:
+def task_messages(conversation: list[LLMMessage], earlier_reasoning: str | None = None) -> list[BaseChatMessage]:
     """The task a run hands the team: the conversation in a handoff from :data:`CLIENT`, and the
-    reasoning the tool round being continued was answered with, if any."""
+    reasoning the tool round being continued was answered with, when it was restored (``None``: not
+    restored; an empty text: restored, the round was answered without reasoning)."""
     # model_construct: the conversation is made of validated LLMMessages already; re-validating
     # a long conversation would cost every request.
     task: list[BaseChatMessage] = [
@@ -107,9 +108,20 @@ def task_messages(conversation: list[LLMMessage], earlier_reasoning: str = "") -
             source=CLIENT, target=TEAM_NAME, content=last_user_text(conversation) or "(continue)", context=conversation
         )
     ]
-    if earlier_reasoning:
+    if earlier_reasoning is not None:
         task.append(reasoning_reply(REASONER_NAME, earlier_reasoning))
     return task
+
+
+def restores_reasoning(messages: Sequence[BaseChatMessage]) -> bool:
+    """True when a task carries the restored reasoning of the tool round it continues.
+
+    >>> from autogen_core.models import UserMessage
+    >>> conversation = [UserMessage(content="Hi", source="user")]
+    >>> restores_reasoning(task_messages(conversation)), restores_reasoning(task_messages(conversation, ""))
+    (False, True)
+    """
+    return any(message.metadata.get(_KIND) == "reasoning" for message in messages)
 
 
 def carries_task(messages: Sequence[BaseChatMessage]) -> bool:

@@ -122,6 +122,7 @@ def pipelines_config(upstream_url: str) -> dict[str, Any]:
             {"name": "duet-hidden", "reasoning_output": "hidden", "reasoner": reasoner, "answer": answer},
             {"name": "answer-only", "answer": answer},
             {"name": "duet-rethink", "reasoner": {**reasoner, "reason_on_tool_results": True}, "answer": answer},
+            {"name": "duet-never-rethink", "reasoner": {**reasoner, "reason_on_tool_results": False}, "answer": answer},
             {"name": "duet-vision", "reasoner": reasoner, "answer": {**answer, "model": "qwen-vl", "model_info": {"vision": True}}},
             {"name": "duet-stock-client", "reasoner": {**reasoner, "client": "openai"}, "answer": {**answer, "client": "openai"}},
             {"name": "duet-impatient", "reasoner": reasoner, "answer": {**answer, "model": "qwen-slow", "read_timeout": 1.0}},

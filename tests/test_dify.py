@@ -151,7 +151,9 @@ def test_legacy_function_call_mode(dify: Dify, upstream: ScriptedUpstream) -> No
     upstream.script(ANSWER, lambda body: Reply(content=[f"got {body['messages'][-1]['content']}"]))
     follow_up = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": calls},
                  {"role": "tool", "content": "result-y", "tool_call_id": calls[0]["id"]}]
-    assert dify.invoke(follow_up, credentials=credentials, tools=[SEARCH])["text"] == "got result-y"
+    # A legacy function_call carries no id, so the round's reasoning cannot be restored: the reasoner thinks again.
+    assert dify.invoke(follow_up, credentials=credentials, tools=[SEARCH])["text"] == "<think>\nThinking about it.\n</think>got result-y"
+    assert len(upstream.requests_for(REASONER)) == 3
 
 
 def test_think_output_mode_for_dify(dify: Dify, upstream: ScriptedUpstream) -> None:
