@@ -236,7 +236,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             usage = result.usage
         else:
             usage = RequestUsage(prompt_tokens=estimate_tokens(prompt), completion_tokens=len(parts))
-        yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        # All the reasoner writes is reasoning to the client (a draft answer after it is never shown).
+        yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                    reasoning_tokens=usage.completion_tokens)
         yield Response(chat_message=reasoning_reply(self.name, "".join(parts).strip(), usage))
 
     def _rethinks(self, messages: Sequence[BaseChatMessage]) -> bool:

@@ -31,6 +31,7 @@ class CompletionFold:
         self._function_call: CalledFunction | None = None
         self._completion: ChatCompletion | None = None
         self._error: APIError | None = None
+        self._reasoning_tokens = 0
 
     def result(self) -> ChatCompletion | APIError:
         if self._error is not None:
@@ -54,6 +55,9 @@ class CompletionFold:
     def function_call(self, call: ToolCall) -> None:
         self._function_call = CalledFunction(name=call.name, arguments=call.arguments)
 
+    def reasoning_usage(self, reasoning_tokens: int) -> None:
+        self._reasoning_tokens = reasoning_tokens
+
     def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
         calls = bool(self._tool_calls or self._function_call)
         message = ChatCompletionMessage(
@@ -67,7 +71,7 @@ class CompletionFold:
             created=self._created,
             model=self._model,
             choices=[Choice(message=message, finish_reason=reason)],
-            usage=CompletionUsage.of(prompt_tokens, completion_tokens),
+            usage=CompletionUsage.of(prompt_tokens, completion_tokens, self._reasoning_tokens),
         )
 
     def error(self, error: APIError) -> None:

@@ -56,6 +56,9 @@ class ResponseWriter(Protocol):
     def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
         """The response is complete; the token counts are the whole run's."""
 
+    # Optional: ``reasoning_usage(reasoning_tokens: int)``, called just before ``finish`` by a writer
+    # that reports how many of the completion tokens were reasoning (a writer without it ignores them).
+
     def error(self, error: APIError) -> None:
         """The run failed after the response began."""
 
@@ -71,6 +74,7 @@ class Renderer:
 
     __slots__ = (
         "_writer", "_content", "_reasoning", "_legacy", "_paragraphs", "_think_open", "_calls", "_prompt_tokens", "_completion_tokens",
+        "_reasoning_tokens", "_reasoning_usage",
     )
 
     def __init__(self, writer: ResponseWriter, reasoning_output: ReasoningOutput, legacy: bool) -> None:
@@ -84,6 +88,8 @@ class Renderer:
         self._calls = 0
         self._prompt_tokens = 0
         self._completion_tokens = 0
+        self._reasoning_tokens = 0
+        self._reasoning_usage = getattr(writer, "reasoning_usage", None)
 
     def start(self) -> None:
         self._writer.start()
@@ -102,6 +108,7 @@ class Renderer:
             case Usage():
                 self._prompt_tokens += event.prompt_tokens
                 self._completion_tokens += event.completion_tokens
+                self._reasoning_tokens += event.reasoning_tokens
             case ToolCallsRequested():
                 if self._think_open:
                     self._close_think()
@@ -112,6 +119,8 @@ class Renderer:
                 reason: WireFinishReason = event.finish_reason
                 if self._legacy and reason == "tool_calls":
                     reason = "function_call"
+                if self._reasoning_usage is not None:
+                    self._reasoning_usage(self._reasoning_tokens)
                 self._writer.finish(reason, self._prompt_tokens, self._completion_tokens)
             case Failed():
                 if self._think_open:

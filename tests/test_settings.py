@@ -41,7 +41,7 @@ CONSTRUCTORS = (OpenAICompatibleClient, ReasoningAgent, AnswerAgent)
 DEFAULTED = {
     "connect_timeout": 5, "read_timeout": 5, "max_retries": 5, "retry_backoff": 5, "max_retry_wait": 5,
     "reason_on_tool_results": 3, "stop_after_thinking": 3, "max_reasoning_chars": 3, "max_reasoning_seconds": 3,
-    "max_tool_rounds": 3,
+    "max_tool_rounds": 3, "pass_reasoning_back": 3,
 }
 
 
