@@ -40,7 +40,8 @@ from .errors import UpstreamStatusError
 from .conversation import new_call_id, without_images
 from .model_client import add_usage, streaming_create_args
 from .events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
-from .messages import answer_reply, client_handoff, read_task
+from .grounding import retrieved_context
+from .messages import answer_reply, client_handoff, read_grounding, read_task
 from .run_context import AnswerOptions, DuetRun
 from .thinking import ReasoningSplitter
 
@@ -116,14 +117,16 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         self._max_tool_rounds = max_tool_rounds
         self._pass_reasoning_back = pass_reasoning_back
 
-    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str) -> list[LLMMessage]:
-        """System instructions (ours, the client's, the reasoning) merged into one leading system
-        message, which every OpenAI-compatible server accepts; then the conversation."""
+    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str, grounding: str = "") -> list[LLMMessage]:
+        """System instructions (ours, the client's, the retrieved context, the reasoning) merged into
+        one leading system message, which every OpenAI-compatible server accepts; then the conversation."""
         instructions = [self._system_message] if self._system_message else []
         start = 0
         while start < len(conversation) and isinstance(conversation[start], SystemMessage):
             instructions.append(conversation[start].content)  # type: ignore[union-attr]
             start += 1
+        if grounding:
+            instructions.append(retrieved_context(grounding))
         if reasoning:
             instructions.append(REASONING_PREAMBLE.format(reasoning=reasoning))
         head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
@@ -139,7 +142,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         workbench = self._workbench_for(run)
         options = run.options if run is not None else _DEFAULT_OPTIONS
         tools = await workbench.list_tools() if workbench is not None else []
-        history = self._prompt(conversation, reasoning)
+        history = self._prompt(conversation, reasoning, read_grounding(messages))
         tool_choice: Any = options.tool_choice
         if tool_choice not in ("auto", "none", "required"):
             chosen = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)

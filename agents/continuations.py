@@ -58,6 +58,7 @@ class Continuation(BaseModel):
     turn: list[LLMMessage] = Field(default_factory=list)
     reasoning: str = ""
     model_reasoning: dict[str, ModelReasoning] = Field(default_factory=dict)
+    grounding: str = Field("", description="The retrieved context the round was answered with (grounding).")
 
     @model_validator(mode="after")
     def _reasoning_on_the_turn(self) -> "Continuation":

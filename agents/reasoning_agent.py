@@ -19,7 +19,8 @@ from duet.workbenches import derived_from
 from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
-from .messages import read_task, reasoning_reply, restores_reasoning
+from .grounding import retrieved_context
+from .messages import read_grounding, read_task, reasoning_reply, restores_reasoning
 from .model_client import streaming_create_args
 from .run_context import DuetRun
 from .thinking import ReasoningSplitter
@@ -153,12 +154,14 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         self._max_reasoning_chars = max_reasoning_chars
         self._max_reasoning_seconds = max_reasoning_seconds
 
-    def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema]) -> list[LLMMessage]:
+    def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema], grounding: str = "") -> list[LLMMessage]:
         transcript = as_transcript(conversation)
         instructions = [self._system_message or DEFAULT_REASONING_PROMPT]
         client_instructions = [m.content for m in transcript if isinstance(m, SystemMessage)]
         if client_instructions:
             instructions.append("The assistant's instructions:\n" + "\n\n".join(client_instructions))
+        if grounding:
+            instructions.append(retrieved_context(grounding))
         system = SystemMessage(content="\n\n".join(instructions) + describe_tools(tools))
         return [system, *(m for m in transcript if not isinstance(m, SystemMessage))]
 
@@ -171,7 +174,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             return
         workbench = self._workbench_for(run)
         tools = await workbench.list_tools() if workbench is not None else []
-        prompt = self._prompt(conversation, tools)
+        prompt = self._prompt(conversation, tools, read_grounding(messages))
 
         if cancellation_token.is_cancelled():  # the client already left: start no model call
             raise asyncio.CancelledError()
