@@ -172,25 +172,26 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             text_parts: list[str] = []
             thinking_parts: list[str] = []  # the model's own reasoning in this round
             result: CreateResult | None = None
-            stream, pass_back = await self._open_stream(
+            piece, stream, pass_back = await self._open_stream(
                 history, pass_back, carries_reasoning,
                 tools=round_tools, tool_choice=round_choice, extra_create_args=create_args, cancellation_token=cancellation_token,
             )
-            async for piece in stream:
+            while piece is not None:  # the opened stream's first piece, then the rest (no wrapper per piece)
                 if isinstance(piece, CreateResult):
                     result = piece
-                    continue
-                thinking, text = splitter.feed(piece)
-                if thinking:
-                    if not thinking_parts and reasoning:  # after the reasoner's reasoning: say whose this is
-                        yield ReasoningDelta(text=ANSWER_REASONING_LABEL, source=self.name)
-                    thinking_parts.append(thinking)
-                    yield ReasoningDelta(text=thinking, source=self.name)
-                if text:
-                    if spoke and not text_parts:
-                        text = "\n\n" + text  # a new round's text starts a new paragraph
-                    text_parts.append(text)
-                    yield ContentDelta(text=text)
+                else:
+                    thinking, text = splitter.feed(piece)
+                    if thinking:
+                        if not thinking_parts and reasoning:  # after the reasoner's reasoning: say whose this is
+                            yield ReasoningDelta(text=ANSWER_REASONING_LABEL, source=self.name)
+                        thinking_parts.append(thinking)
+                        yield ReasoningDelta(text=thinking, source=self.name)
+                    if text:
+                        if spoke and not text_parts:
+                            text = "\n\n" + text  # a new round's text starts a new paragraph
+                        text_parts.append(text)
+                        yield ContentDelta(text=text)
+                piece = await anext(stream, None)
             thinking, text = splitter.flush()
             if thinking:
                 thinking_parts.append(thinking)
@@ -265,10 +266,11 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
 
     async def _open_stream(
         self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, **arguments: Any
-    ) -> tuple[AsyncGenerator[str | CreateResult, None], bool]:
-        """The model's stream for ``history`` (its reasoning passed back or not), opened; and whether
-        it passes the reasoning back. In ``auto``, an upstream that refuses the request for want of
-        reasoning (DeepSeek's HTTP 400 "Missing `reasoning_content` field") is asked again with it."""
+    ) -> tuple[str | CreateResult, AsyncGenerator[str | CreateResult, None], bool]:
+        """The model's stream for ``history`` (its reasoning passed back or not), opened: its first
+        piece, the stream, and whether it passes the reasoning back. In ``auto``, an upstream that
+        refuses the request for want of reasoning (DeepSeek's HTTP 400 "Missing `reasoning_content`
+        field") is asked again with it."""
         field = getattr(self._model_client, "reasoning_field", None)
         request = for_request(history, pass_back, field) if pass_back or carries_reasoning else history
         stream = self._model_client.create_stream(request, **arguments)
@@ -280,7 +282,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 raise
             logger.info("%s: the answer model wants its reasoning back on tool-calling turns; sending it", self.name)
             return await self._open_stream(history, True, carries_reasoning, **arguments)
-        return _prepended(first, stream), pass_back
+        return first, stream, pass_back
 
     def _reply(self, text: str, finish_reason: FinishReason, usage: RequestUsage) -> Response:
         return Response(chat_message=answer_reply(self.name, text, finish_reason, usage))
@@ -351,11 +353,3 @@ def _asks_for_reasoning(error: UpstreamStatusError) -> bool:
     """The upstream refused a request for want of the reasoning of an assistant message (HTTP 400)."""
     return error.upstream_status == 400 and "reasoning" in str(error).lower()
 
-
-async def _prepended(first: str | CreateResult, rest: AsyncGenerator[str | CreateResult, None]) -> AsyncGenerator[str | CreateResult, None]:
-    try:
-        yield first
-        async for piece in rest:
-            yield piece
-    finally:
-        await rest.aclose()
