@@ -87,6 +87,8 @@ def export_team(
     if studio:
         parts = {ANSWERER_NAME: settings.answer, REASONER_NAME: settings.reasoner}
         for participant in document["config"]["participants"]:
+            if participant["config"]["name"] not in parts:
+                continue  # the grounding agent calls no model
             model = parts[participant["config"]["name"]]
             assert model is not None
             participant["config"]["model_client"] = _stock_client_component(model, participant["config"]["model_client"])
