@@ -7,14 +7,18 @@ Public API:
 - the run binding: :class:`DuetRun` (a request's event sink, workbench and options), bound for a run by
   :func:`bind_run`; :func:`current_run`; :func:`task_messages` (the task a team is handed; the driver↔agent
   messages are built and read in :mod:`duet.agents.messages`);
-- :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components);
+- :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components), and
+  :class:`GroundingAgent`, which runs search tools before the reasoner when a pipeline has ``grounding``;
+- :class:`ReasonedAssistantMessage`, :class:`ModelReasoning` — a thinking answer model's own reasoning on
+  a tool-calling turn, kept and sent back (:mod:`duet.agents.answer_reasoning`);
 - :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
 - :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
 - :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``),
-  whose stream yields reasoning as :class:`ReasoningText` pieces and the answer as plain ``str``;
-- settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`, built
-  from the components' own option models (:class:`ModelClientOptions`, :class:`ReasoningAgentOptions`,
-  :class:`AnswerAgentOptions`, :class:`DuetAgentOptions`);
+  whose stream yields reasoning as :class:`ReasoningText` pieces and the answer as plain ``str``, then an
+  :class:`UpstreamResult`;
+- settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`,
+  :class:`GroundingSettings`, built from the components' own option models (:class:`ModelClientOptions`,
+  :class:`ReasoningAgentOptions`, :class:`AnswerAgentOptions`, :class:`DuetAgentOptions`, :class:`GroundingAgentOptions`);
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
   :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union); :class:`ReasoningParagraphs` (how reasoning
   from two sources is joined);
@@ -23,6 +27,7 @@ Public API:
 """
 
 from .answer_agent import AnswerAgent, AnswerAgentConfig, AnswerAgentOptions
+from .answer_reasoning import ModelReasoning, ReasonedAssistantMessage
 from .base import DuetAgentOptions
 from .conversation import ConversationError, ImageURL, conversation_from_openai
 from .duet import Duet
@@ -51,14 +56,16 @@ from .events import (
     ToolCallsRequested,
     Usage,
 )
-from .model_client import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig
-from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME, task_messages
+from .model_client import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig, UpstreamResult
+from .grounding import GroundingAgent, GroundingAgentConfig, GroundingAgentOptions
+from .messages import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME, task_messages
 from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig, ReasoningAgentOptions
 from .result import DuetResult
 from .run_context import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
 from .settings import (
     REASONER_MODEL_INFO,
     AnswerSettings,
+    GroundingSettings,
     ModelSettings,
     PipelineSettings,
     ReasonerSettings,
@@ -91,14 +98,21 @@ __all__ = [
     "Failed",
     "FinishReason",
     "Finished",
+    "GROUNDER_NAME",
+    "GroundingAgent",
+    "GroundingAgentConfig",
+    "GroundingAgentOptions",
+    "GroundingSettings",
     "ImageURL",
     "ModelClientOptions",
+    "ModelReasoning",
     "ModelSettings",
     "OpenAICompatibleClient",
     "OpenAICompatibleClientConfig",
     "PipelineSettings",
     "REASONER_MODEL_INFO",
     "REASONER_NAME",
+    "ReasonedAssistantMessage",
     "ReasonerSettings",
     "ReasoningAgent",
     "ReasoningAgentConfig",
@@ -115,6 +129,7 @@ __all__ = [
     "UpstreamConnectionError",
     "UpstreamError",
     "UpstreamProtocolError",
+    "UpstreamResult",
     "UpstreamStatusError",
     "UpstreamTimeout",
     "UpstreamUnreachable",

@@ -27,11 +27,21 @@ from typing_extensions import Self
 
 from duet.workbenches import DuetWorkbench
 
+from .answer_reasoning import (
+    DEFAULT_PASS_REASONING_BACK,
+    ModelReasoning,
+    PassReasoningBack,
+    ReasonedAssistantMessage,
+    for_request,
+    produced_reasoning,
+)
 from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments
+from .errors import UpstreamStatusError
 from .conversation import new_call_id, without_images
 from .model_client import add_usage, streaming_create_args
 from .events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
-from .messages import answer_reply, client_handoff, read_task
+from .grounding import retrieved_context
+from .messages import answer_reply, client_handoff, read_grounding, read_task
 from .run_context import AnswerOptions, DuetRun
 from .thinking import ReasoningSplitter
 
@@ -41,6 +51,9 @@ REASONING_PREAMBLE = (
     "A reasoning model has thought this conversation through before you. Use its reasoning to "
     "write your reply (and to decide on tool calls); do not repeat it verbatim.\n<reasoning>\n{reasoning}\n</reasoning>"
 )
+
+ANSWER_REASONING_LABEL = "[the answer model's own reasoning]\n"
+"""Starts the answer model's own reasoning in the reasoning stream, when it follows the reasoner's."""
 
 _FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "content_filter": "content_filter"}
 _DEFAULT_OPTIONS = AnswerOptions()
@@ -54,6 +67,11 @@ class AnswerAgentOptions(DuetAgentOptions):
 
     max_tool_rounds: int = Field(
         DEFAULT_MAX_TOOL_ROUNDS, ge=0, description="Rounds of service-tool calls before the model must answer."
+    )
+    pass_reasoning_back: PassReasoningBack = Field(
+        DEFAULT_PASS_REASONING_BACK,
+        description="Send the model's own reasoning back on its tool-calling turns (thinking models require it): "
+        "true, false, or 'auto' (when the model produced reasoning).",
     )
 
 
@@ -91,20 +109,24 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         workbench: Workbench | None = None,
         tools: Sequence[BaseTool[Any, Any]] | None = None,
         max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+        pass_reasoning_back: PassReasoningBack = DEFAULT_PASS_REASONING_BACK,
     ) -> None:
         super().__init__(
             name, description, model_client, system_message=system_message, workbench=workbench, tools=tools
         )
         self._max_tool_rounds = max_tool_rounds
+        self._pass_reasoning_back = pass_reasoning_back
 
-    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str) -> list[LLMMessage]:
-        """System instructions (ours, the client's, the reasoning) merged into one leading system
-        message, which every OpenAI-compatible server accepts; then the conversation."""
+    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str, grounding: str = "") -> list[LLMMessage]:
+        """System instructions (ours, the client's, the retrieved context, the reasoning) merged into
+        one leading system message, which every OpenAI-compatible server accepts; then the conversation."""
         instructions = [self._system_message] if self._system_message else []
         start = 0
         while start < len(conversation) and isinstance(conversation[start], SystemMessage):
             instructions.append(conversation[start].content)  # type: ignore[union-attr]
             start += 1
+        if grounding:
+            instructions.append(retrieved_context(grounding))
         if reasoning:
             instructions.append(REASONING_PREAMBLE.format(reasoning=reasoning))
         head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
@@ -120,7 +142,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         workbench = self._workbench_for(run)
         options = run.options if run is not None else _DEFAULT_OPTIONS
         tools = await workbench.list_tools() if workbench is not None else []
-        history = self._prompt(conversation, reasoning)
+        history = self._prompt(conversation, reasoning, read_grounding(messages))
         tool_choice: Any = options.tool_choice
         if tool_choice not in ("auto", "none", "required"):
             chosen = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)
@@ -131,6 +153,11 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         total = RequestUsage(prompt_tokens=0, completion_tokens=0)
         turn: list[LLMMessage] = []  # what this turn adds to the conversation
         spoke = False  # text from an earlier round was already streamed
+        # The model's own reasoning goes back on its tool-calling turns when it produced some (auto).
+        carries_reasoning = any(isinstance(message, ReasonedAssistantMessage) for message in history)
+        pass_back = self._pass_reasoning_back is True or (
+            self._pass_reasoning_back == "auto" and (self._model_thinks() or produced_reasoning(history))
+        )
 
         for round_number in range(self._max_tool_rounds + 1):
             if cancellation_token.is_cancelled():
@@ -143,27 +170,31 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                     round_choice = "auto"
             splitter = ReasoningSplitter()
             text_parts: list[str] = []
+            thinking_parts: list[str] = []  # the model's own reasoning in this round
             result: CreateResult | None = None
-            async for piece in self._model_client.create_stream(
-                history,
-                tools=round_tools,
-                tool_choice=round_choice,
-                extra_create_args=create_args,
-                cancellation_token=cancellation_token,
-            ):
+            piece, stream, pass_back = await self._open_stream(
+                history, pass_back, carries_reasoning,
+                tools=round_tools, tool_choice=round_choice, extra_create_args=create_args, cancellation_token=cancellation_token,
+            )
+            while piece is not None:  # the opened stream's first piece, then the rest (no wrapper per piece)
                 if isinstance(piece, CreateResult):
                     result = piece
-                    continue
-                thinking, text = splitter.feed(piece)
-                if thinking:
-                    yield ReasoningDelta(text=thinking, source=self.name)
-                if text:
-                    if spoke and not text_parts:
-                        text = "\n\n" + text  # a new round's text starts a new paragraph
-                    text_parts.append(text)
-                    yield ContentDelta(text=text)
+                else:
+                    thinking, text = splitter.feed(piece)
+                    if thinking:
+                        if not thinking_parts and reasoning:  # after the reasoner's reasoning: say whose this is
+                            yield ReasoningDelta(text=ANSWER_REASONING_LABEL, source=self.name)
+                        thinking_parts.append(thinking)
+                        yield ReasoningDelta(text=thinking, source=self.name)
+                    if text:
+                        if spoke and not text_parts:
+                            text = "\n\n" + text  # a new round's text starts a new paragraph
+                        text_parts.append(text)
+                        yield ContentDelta(text=text)
+                piece = await anext(stream, None)
             thinking, text = splitter.flush()
             if thinking:
+                thinking_parts.append(thinking)
                 yield ReasoningDelta(text=thinking, source=self.name)
             if text:
                 text_parts.append(text)
@@ -171,7 +202,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             spoke = spoke or bool(text_parts)
             assert result is not None
             total = add_usage(total, result.usage)
-            yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens)
+            yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
+                        reasoning_tokens=getattr(result, "reasoning_tokens", 0))
             answer = "".join(text_parts).lstrip("\n")
 
             if isinstance(result.content, str):
@@ -195,9 +227,15 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             if service_calls:
                 async for event in self._run_service_calls(workbench, service_calls, results, cancellation_token):
                     yield event
-            # The whole round, as the model made it: every call, then the results known here.
-            turn += [AssistantMessage(content=calls, thought=answer or None, source=self.name),
-                     FunctionExecutionResultMessage(content=results)]
+            # The whole round, as the model made it: every call (with the model's reasoning on them), then
+            # the results known here.
+            asked: AssistantMessage = AssistantMessage(content=calls, thought=answer or None, source=self.name)
+            own_reasoning = self._own_reasoning(thinking_parts, result)
+            if own_reasoning is not None:
+                asked = ReasonedAssistantMessage(content=calls, thought=answer or None, source=self.name, reasoning=own_reasoning)
+                carries_reasoning = True
+                pass_back = pass_back or self._pass_reasoning_back == "auto"
+            turn += [asked, FunctionExecutionResultMessage(content=results)]
             if client_calls:
                 yield ToolCallsRequested(
                     calls=[
@@ -212,6 +250,39 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             history += turn[-2:]
             if tool_choice != "none":
                 tool_choice = "auto"  # 'required' or a named tool applies to the first round only
+
+    def _model_thinks(self) -> bool:
+        """The model was seen producing reasoning (Duet's client remembers how its upstream spells it)."""
+        return getattr(self._model_client, "reasoning_field", None) is not None
+
+    @staticmethod
+    def _own_reasoning(thinking_parts: Sequence[str], result: CreateResult) -> ModelReasoning | None:
+        """The reasoning the model produced on a round of tool calls, as its upstream spelled it."""
+        details = getattr(result, "reasoning_details", None)
+        if not thinking_parts and not details:
+            return None
+        field = getattr(result, "reasoning_field", None) or "reasoning_content"
+        return ModelReasoning(text="".join(thinking_parts), field=field, details=details)
+
+    async def _open_stream(
+        self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, **arguments: Any
+    ) -> tuple[str | CreateResult, AsyncGenerator[str | CreateResult, None], bool]:
+        """The model's stream for ``history`` (its reasoning passed back or not), opened: its first
+        piece, the stream, and whether it passes the reasoning back. In ``auto``, an upstream that
+        refuses the request for want of reasoning (DeepSeek's HTTP 400 "Missing `reasoning_content`
+        field") is asked again with it."""
+        field = getattr(self._model_client, "reasoning_field", None)
+        request = for_request(history, pass_back, field) if pass_back or carries_reasoning else history
+        stream = self._model_client.create_stream(request, **arguments)
+        try:
+            first = await anext(stream)
+        except UpstreamStatusError as exc:
+            await stream.aclose()
+            if pass_back or self._pass_reasoning_back != "auto" or not _asks_for_reasoning(exc):
+                raise
+            logger.info("%s: the answer model wants its reasoning back on tool-calling turns; sending it", self.name)
+            return await self._open_stream(history, True, carries_reasoning, **arguments)
+        return first, stream, pass_back
 
     def _reply(self, text: str, finish_reason: FinishReason, usage: RequestUsage) -> Response:
         return Response(chat_message=answer_reply(self.name, text, finish_reason, usage))
@@ -264,8 +335,21 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         return FunctionExecutionResult(content=result.to_text(), call_id=call.id, name=call.name, is_error=result.is_error)
 
     def _to_config(self) -> AnswerAgentConfig:
-        return AnswerAgentConfig(**self._base_config(), max_tool_rounds=self._max_tool_rounds)
+        return AnswerAgentConfig(
+            **self._base_config(), max_tool_rounds=self._max_tool_rounds, pass_reasoning_back=self._pass_reasoning_back
+        )
 
     @classmethod
     def _from_config(cls, config: AnswerAgentConfig, model_client: ChatCompletionClient | None = None) -> Self:
-        return cls(config.name, **agent_arguments(config, model_client), max_tool_rounds=config.max_tool_rounds)
+        return cls(
+            config.name,
+            **agent_arguments(config, model_client),
+            max_tool_rounds=config.max_tool_rounds,
+            pass_reasoning_back=config.pass_reasoning_back,
+        )
+
+
+def _asks_for_reasoning(error: UpstreamStatusError) -> bool:
+    """The upstream refused a request for want of the reasoning of an assistant message (HTTP 400)."""
+    return error.upstream_status == 400 and "reasoning" in str(error).lower()
+

@@ -81,7 +81,7 @@ class DuetAgent(BaseChatAgent):
         self,
         name: str,
         description: str,
-        model_client: ChatCompletionClient,
+        model_client: ChatCompletionClient | None,
         *,
         system_message: str | None = None,
         workbench: Workbench | None = None,
@@ -96,7 +96,8 @@ class DuetAgent(BaseChatAgent):
         self._workbench = DuetWorkbench(list(tools)) if tools is not None else workbench
 
     @property
-    def model_client(self) -> ChatCompletionClient:
+    def model_client(self) -> ChatCompletionClient | None:
+        """The agent's model client (``None`` for an agent that calls no model: the grounding agent)."""
         return self._model_client
 
     @property
@@ -145,7 +146,7 @@ class DuetAgent(BaseChatAgent):
             # with a handoff to the client instead of raising: the team stays healthy for its next
             # request, and AutoGen's runtime does not log a traceback for an upstream's bad day.
             error: Exception = exc
-            if is_openai_error(exc):  # AutoGen's stock client: the same errors as Duet's own
+            if is_openai_error(exc) and self._model_client is not None:  # AutoGen's stock client: the same errors as Duet's own
                 converted = upstream_error_from_openai(exc, self._model_client.dump_component().config.get("model"))
                 if converted is not None:
                     error = converted.at_stage(self.name)
@@ -161,7 +162,8 @@ class DuetAgent(BaseChatAgent):
 
     async def close(self) -> None:
         """Closes the agent's model client (as AssistantAgent does)."""
-        await self._model_client.close()
+        if self._model_client is not None:
+            await self._model_client.close()
 
     def _workbench_for(self, run: DuetRun | None) -> Workbench | None:
         return run.workbench if run is not None else self._workbench

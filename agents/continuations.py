@@ -33,7 +33,9 @@ from autogen_core.models import (
     SystemMessage,
     UserMessage,
 )
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
+
+from .answer_reasoning import ModelReasoning, ReasonedAssistantMessage, calls_key, with_reasoning
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +51,31 @@ _T = TypeVar("_T")
 class Continuation(BaseModel):
     """The hidden part of one round. ``turn`` holds the messages the answer agent added in its turn,
     ending with the assistant message that made *all* the round's calls and the results of the
-    service calls among them."""
+    service calls among them. ``reasoning`` is the reasoner's; the answer model's own reasoning on
+    each of the turn's tool-calling messages is kept on them (:class:`ReasonedAssistantMessage`) and,
+    so that it survives serialisation, in ``model_reasoning`` under the message's first call id."""
 
     turn: list[LLMMessage] = Field(default_factory=list)
     reasoning: str = ""
     record: dict[str, Any] | None = None
     """Kept by ``duet.api.responses`` instead of a round: a stored Responses API response and the
     conversation items it continues (``previous_response_id``), in the same store and expiry."""
+    model_reasoning: dict[str, ModelReasoning] = Field(default_factory=dict)
+    grounding: str = Field("", description="The retrieved context the round was answered with (grounding).")
+
+    @model_validator(mode="after")
+    def _reasoning_on_the_turn(self) -> "Continuation":
+        """Each tool-calling message and its reasoning in both places: a stored turn is read back as
+        plain assistant messages, a fresh one carries its reasoning only on them."""
+        for index, message in enumerate(self.turn):
+            key = calls_key(message)
+            if key is None:
+                continue
+            if isinstance(message, ReasonedAssistantMessage):
+                self.model_reasoning.setdefault(key, message.reasoning)
+            elif key in self.model_reasoning:
+                self.turn[index] = with_reasoning(message, self.model_reasoning[key])  # type: ignore[arg-type]
+        return self
 
 
 _CONTINUATION = TypeAdapter(Continuation)

@@ -31,7 +31,8 @@ from autogen_core.models import (
 
 from duet.workbenches import model_safe_name
 
-from .thinking import strip_think_blocks
+from .answer_reasoning import ReasonedAssistantMessage, sent_reasoning
+from .thinking import strip_think_blocks, think_text
 
 MISSING_RESULT = "(the client sent no result for this call)"
 
@@ -224,10 +225,17 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
         elif role == "user":
             result.append(UserMessage(content=_user_content(message.get("content"), f"{param}.content"), source="user"))
         elif role == "assistant":
-            text = strip_think_blocks(_text(message.get("content"), f"{param}.content"))
+            raw = _text(message.get("content"), f"{param}.content")
+            text = strip_think_blocks(raw)
             calls = _calls(message, param) if "tool_calls" in message or "function_call" in message else []
             if calls:
-                result.append(AssistantMessage(content=calls, thought=text or None, source="assistant"))
+                # The model's reasoning on a tool turn, as far as the client sent it back (used when
+                # the stored round is gone: see duet.agents.answer_reasoning).
+                reasoning = sent_reasoning(message, think_text(raw))
+                if reasoning is not None:
+                    result.append(ReasonedAssistantMessage(content=calls, thought=text or None, source="assistant", reasoning=reasoning))
+                else:
+                    result.append(AssistantMessage(content=calls, thought=text or None, source="assistant"))
                 pending = {call.id: call for call in calls}
             else:
                 result.append(AssistantMessage(content=text, source="assistant"))

@@ -32,7 +32,7 @@ from .continuations import (
 )
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results
 from .events import DuetEvent, Failed, Finished, FinishReason
-from .messages import AnswerReply, ClientHandoff, ReasoningReply, read_reply, task_messages
+from .messages import AnswerReply, ClientHandoff, GroundingReply, ReasoningReply, read_reply, task_messages
 from .pool import TeamPool, TeamSlot
 from .result import DuetResult
 from .run_context import AnswerOptions, DuetRun, bind_run
@@ -93,10 +93,16 @@ class Duet:
     @classmethod
     def from_settings(cls, settings: PipelineSettings, *, continuations: ContinuationStore | None = None) -> "Duet":
         """Creates the pipeline's model clients and service tools once; every team it runs shares them."""
+        services = ServiceTools.from_settings(settings.tools)
+        if settings.grounding is not None and not settings.tools.mcp:  # MCP servers' tools are known once they run
+            unknown = set(settings.grounding.tools) - {tool.name for tool in services.tools}
+            if unknown:
+                raise ValueError(f"pipeline '{settings.name}': grounding names {', '.join(sorted(unknown))}, which is not "
+                                 f"among its service tools ({', '.join(sorted(t.name for t in services.tools)) or 'none'})")
         return cls(
             TeamFactory.from_settings(settings),
             name=settings.name,
-            services=ServiceTools.from_settings(settings.tools),
+            services=services,
             reasoning_output=settings.reasoning_output,
             continuations=continuations,
         )
@@ -228,8 +234,8 @@ class Duet:
             clean = False
             try:
                 _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
-                conversation, earlier_reasoning = await self._restore(conversation)
-                task = task_messages(conversation, earlier_reasoning)
+                conversation, earlier_reasoning, grounding = await self._restore(conversation)
+                task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
                 if slot.runtime is not None:
@@ -241,9 +247,11 @@ class Duet:
                     if isinstance(reply, ReasoningReply):
                         if reply.text:
                             reasoning.append(reply.text)
+                    elif isinstance(reply, GroundingReply):
+                        grounding = reply.text or grounding  # this round's results, else the restored ones
                     elif isinstance(reply, ClientHandoff):
                         finish_reason = "tool_calls"
-                        await self._keep(reply.turn, "\n\n".join(reasoning) or earlier_reasoning)
+                        await self._keep(reply.turn, "\n\n".join(reasoning) or earlier_reasoning or "", grounding)
                     elif isinstance(reply, AnswerReply):
                         finish_reason = reply.finish_reason
                     # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
@@ -264,12 +272,14 @@ class Duet:
     def _key(self, call_id: str) -> str:
         return f"{self.name}:{call_id}"  # a pipeline only ever continues its own rounds
 
-    async def _restore(self, conversation: list[LLMMessage]) -> tuple[list[LLMMessage], str]:
+    async def _restore(self, conversation: list[LLMMessage]) -> tuple[list[LLMMessage], str | None, str]:
         """Puts back the hidden part of every tool round since the last user message (a follow-up
-        may continue several), and returns the reasoning the latest of them was answered with."""
+        may continue several), and returns the reasoning the latest of them was answered with
+        (``None`` when no round was restored) and its retrieved context."""
         if not ends_with_tool_results(conversation):
-            return conversation, ""
-        reasoning = ""
+            return conversation, None, ""
+        reasoning: str | None = None
+        grounding = ""
         for index in reversed(tool_rounds(conversation)):  # from the end, so earlier indices hold
             call_ids = [call.id for call in conversation[index].content]  # type: ignore[union-attr]
             try:
@@ -283,16 +293,17 @@ class Duet:
                 continue
             conversation = splice(conversation, index, continuation)
             reasoning = reasoning or continuation.reasoning
-        return conversation, reasoning
+            grounding = grounding or continuation.grounding
+        return conversation, reasoning, grounding
 
-    async def _keep(self, turn: Sequence[LLMMessage], reasoning: str) -> None:
+    async def _keep(self, turn: Sequence[LLMMessage], reasoning: str, grounding: str = "") -> None:
         """Saves the hidden part of a round that ends with client tool calls."""
         if len(turn) < 2 or not isinstance(turn[-2], AssistantMessage) or not isinstance(turn[-1], FunctionExecutionResultMessage):
             return
         answered = {result.call_id for result in turn[-1].content}
         client_ids = [call.id for call in turn[-2].content if call.id not in answered]  # type: ignore[union-attr]
         try:
-            await self.continuations.put([self._key(i) for i in client_ids], Continuation(turn=list(turn), reasoning=reasoning))
+            await self.continuations.put([self._key(i) for i in client_ids], Continuation(turn=list(turn), reasoning=reasoning, grounding=grounding))
         except StoreUnavailable:  # the store reports its outage once; the client still gets its calls
             pass
 

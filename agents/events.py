@@ -50,6 +50,7 @@ class Usage(BaseModel):
     source: str
     prompt_tokens: int
     completion_tokens: int
+    reasoning_tokens: int = Field(0, description="Of the completion tokens, those spent on reasoning.")
 
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]

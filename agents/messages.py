@@ -6,6 +6,9 @@ shows them; a team run outside Duet reads them as any other):
 - the **task**, from the pseudo-agent :data:`CLIENT`: a ``HandoffMessage`` whose ``context`` is
   the whole conversation (:func:`task_messages`, read by :func:`read_task`), followed on a
   follow-up round by the reasoning that round was started with;
+- the **grounding reply** of the grounding agent, when the pipeline has one: the retrieved context
+  (:func:`grounding_reply`), which both other agents read as such; a follow-up's task carries the
+  context its round was answered with;
 - the **reasoning reply** of the reasoning agent: a ``TextMessage`` marked as reasoning
   (:func:`reasoning_reply`), which the answer agent reads as reasoning, not as conversation;
 - the **answer reply** of the answer agent: a ``TextMessage`` carrying its finish reason
@@ -48,6 +51,9 @@ from .events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolC
 CLIENT = "client"
 """The pseudo-agent that stands for the HTTP client: conversations come from it, client tool calls go to it."""
 
+GROUNDER_NAME = "grounder"
+"""The grounding agent's name in Duet's team (it goes first, when the pipeline has grounding)."""
+
 REASONER_NAME = "reasoner"
 """The reasoning agent's name in Duet's team (an error names the failed stage after it)."""
 
@@ -59,6 +65,7 @@ TEAM_NAME = "duet"
 
 _KIND = "duet"  # the metadata key that marks Duet's own messages
 _REASONING = {_KIND: "reasoning"}
+_GROUNDING = {_KIND: "grounding"}
 _FAILED = {_KIND: "failed"}
 _FINISH_REASON = "finish_reason"
 _FINISH_REASONS = frozenset(get_args(FinishReason))
@@ -67,6 +74,13 @@ _FINISH_REASONS = frozenset(get_args(FinishReason))
 @dataclass(frozen=True, slots=True)
 class ReasoningReply:
     """The reasoning agent's reasoning (empty when it did not reason on this round)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingReply:
+    """The grounding agent's retrieved context (empty when it did not search on this round)."""
 
     text: str
 
@@ -94,12 +108,16 @@ class FailureReply:
     text: str
 
 
-Reply = ReasoningReply | AnswerReply | ClientHandoff | FailureReply
+Reply = GroundingReply | ReasoningReply | AnswerReply | ClientHandoff | FailureReply
 
 
-def task_messages(conversation: list[LLMMessage], earlier_reasoning: str = "") -> list[BaseChatMessage]:
+def task_messages(
+    conversation: list[LLMMessage], earlier_reasoning: str | None = None, grounding: str = ""
+) -> list[BaseChatMessage]:
     """The task a run hands the team: the conversation in a handoff from :data:`CLIENT`, and the
-    reasoning the tool round being continued was answered with, if any."""
+    reasoning the tool round being continued was answered with, when it was restored (``None``: not
+    restored; an empty text: restored, the round was answered without reasoning), and the retrieved
+    context that round was answered with."""
     # model_construct: the conversation is made of validated LLMMessages already; re-validating
     # a long conversation would cost every request.
     task: list[BaseChatMessage] = [
@@ -107,9 +125,22 @@ def task_messages(conversation: list[LLMMessage], earlier_reasoning: str = "") -
             source=CLIENT, target=TEAM_NAME, content=last_user_text(conversation) or "(continue)", context=conversation
         )
     ]
-    if earlier_reasoning:
+    if grounding:
+        task.append(grounding_reply(GROUNDER_NAME, grounding))
+    if earlier_reasoning is not None:
         task.append(reasoning_reply(REASONER_NAME, earlier_reasoning))
     return task
+
+
+def restores_reasoning(messages: Sequence[BaseChatMessage]) -> bool:
+    """True when a task carries the restored reasoning of the tool round it continues.
+
+    >>> from autogen_core.models import UserMessage
+    >>> conversation = [UserMessage(content="Hi", source="user")]
+    >>> restores_reasoning(task_messages(conversation)), restores_reasoning(task_messages(conversation, ""))
+    (False, True)
+    """
+    return any(message.metadata.get(_KIND) == "reasoning" for message in messages)
 
 
 def carries_task(messages: Sequence[BaseChatMessage]) -> bool:
@@ -131,9 +162,24 @@ def read_task(messages: Sequence[BaseChatMessage]) -> tuple[list[LLMMessage], st
         elif message.metadata.get(_KIND) == "reasoning":
             if isinstance(message, TextMessage) and message.content:
                 reasoning.append(message.content)
+        elif message.metadata.get(_KIND) == "grounding":
+            continue  # retrieved context, not conversation: read_grounding
         else:
             conversation.append(message.to_model_message())
     return conversation, "\n\n".join(reasoning)
+
+
+def read_grounding(messages: Sequence[BaseChatMessage]) -> str:
+    """The retrieved context in what the team delivered to an agent ('' when there is none)."""
+    return "\n\n".join(
+        message.content for message in messages
+        if isinstance(message, TextMessage) and message.metadata.get(_KIND) == "grounding" and message.content
+    )
+
+
+def grounding_reply(source: str, text: str) -> TextMessage:
+    """The grounding agent's reply: the retrieved context, marked so the other agents read it as such."""
+    return TextMessage(source=source, content=text, metadata=_GROUNDING)
 
 
 def reasoning_reply(source: str, text: str, usage: RequestUsage | None = None) -> TextMessage:
@@ -171,6 +217,8 @@ def read_reply(message: object) -> Reply | None:
     if isinstance(message, TextMessage):
         if message.metadata.get(_KIND) == "reasoning":
             return ReasoningReply(message.content)
+        if message.metadata.get(_KIND) == "grounding":
+            return GroundingReply(message.content)
         reason = message.metadata.get(_FINISH_REASON)
         if reason is not None:
             return AnswerReply(message.content, reason if reason in _FINISH_REASONS else "stop")  # type: ignore[arg-type]

@@ -50,6 +50,7 @@ from typing_extensions import Self
 
 from duet.workbenches import derived_from
 
+from .answer_reasoning import DEFAULT_REASONING_FIELD, ReasonedAssistantMessage, ReasoningField, details_text, merge_details
 from .errors import (
     UpstreamConnectionError,
     UpstreamError,
@@ -131,6 +132,26 @@ class ModelClientOptions(BaseModel):
     )
 
 
+class UpstreamResult(CreateResult):
+    """A ``CreateResult`` that also says how the upstream spelled its reasoning (the field a thinking
+    model wants it back in), its ``reasoning_details`` and the reasoning tokens its usage counted."""
+
+    reasoning_field: Optional[ReasoningField] = None
+    reasoning_details: Optional[list[dict[str, Any]]] = None
+    reasoning_tokens: int = 0
+
+
+def reasoning_tokens(usage: Mapping[str, Any] | None) -> int:
+    """``completion_tokens_details.reasoning_tokens`` of an upstream's usage (0 when not reported).
+
+    >>> reasoning_tokens({"completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 7}})
+    7
+    """
+    details = (usage or {}).get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 class OpenAICompatibleClientConfig(ModelClientOptions):
     """Serialisable configuration of :class:`OpenAICompatibleClient`."""
 
@@ -166,7 +187,10 @@ def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
             for call in message.content
         ]
-        return [{"role": "assistant", "content": message.thought or None, "tool_calls": calls}]
+        entry: dict[str, Any] = {"role": "assistant", "content": message.thought or None, "tool_calls": calls}
+        if isinstance(message, ReasonedAssistantMessage):  # the model's own reasoning, sent back as its API expects
+            entry.update(message.reasoning.wire(DEFAULT_REASONING_FIELD))
+        return [entry]
     if isinstance(message, FunctionExecutionResultMessage):
         return [{"role": "tool", "tool_call_id": result.call_id, "content": result.content} for result in message.content]
     raise TypeError(f"Unsupported message type: {type(message).__name__}")
@@ -471,6 +495,12 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._total_usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
         self._actual_usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        self._reasoning_field: ReasoningField | None = None
+
+    @property
+    def reasoning_field(self) -> ReasoningField | None:
+        """How this upstream spells its reasoning, once an answer of it carried some (``None`` before)."""
+        return self._reasoning_field
 
     @property
     def model(self) -> str:
@@ -702,6 +732,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
 
         content: list[str] = []
         thought: list[str] = []
+        details: list[Any] = []  # reasoning_details fragments
+        reasoning_field: ReasoningField | None = None
         calls: dict[int, _ToolCallBuilder] = {}
         finish_reason: str | None = None
         usage: Mapping[str, Any] | None = None
@@ -738,7 +770,19 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 delta = choice.get("delta") or {}
                 if choice.get("finish_reason"):
                     finish_reason = choice["finish_reason"]
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                reasoning = delta.get("reasoning_content")
+                if reasoning:
+                    reasoning_field = reasoning_field or "reasoning_content"
+                else:
+                    reasoning = delta.get("reasoning")
+                    if reasoning:
+                        reasoning_field = reasoning_field or "reasoning"
+                detail_fragments = delta.get("reasoning_details")
+                if detail_fragments and isinstance(detail_fragments, list):
+                    details += detail_fragments
+                    reasoning_field = "reasoning_details"  # what a model that sends them wants back
+                    if not reasoning:  # an upstream that sends only details: their text is the reasoning
+                        reasoning = details_text(detail_fragments)
                 if reasoning:
                     thought.append(reasoning)
                     yield ReasoningText(reasoning)
@@ -780,7 +824,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise UpstreamProtocolError("ended the stream without an answer (no choices)", model=model)
         if not done and finish_reason is None:
             raise UpstreamConnectionError("ended the stream before the model finished", model=model)
-        yield self._result("".join(content), "".join(thought) or None, calls, finish_reason, usage)
+        yield self._result("".join(content), "".join(thought) or None, calls, finish_reason, usage,
+                           reasoning_field, merge_details(details) if details else None)
 
     async def _unexpected_body(self, response: aiohttp.ClientResponse, what: str) -> UpstreamError:
         """The protocol error for a 200 whose body is not an answer (the response is released)."""
@@ -831,7 +876,16 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             text = " ".join(raw.decode("utf-8", "replace").split())[:200]
             raise UpstreamProtocolError(f"answered HTTP 200 with JSON that is not a chat completion: {text!r}", model=model)
         message = choices[0].get("message") or {}
-        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        reasoning_field: ReasoningField | None = next(
+            (field for field in ("reasoning_content", "reasoning") if message.get(field)), None  # type: ignore[misc]
+        )
+        reasoning = message.get(reasoning_field) if reasoning_field else ""
+        details = message.get("reasoning_details")
+        if not (isinstance(details, list) and details):
+            details = None
+        else:
+            reasoning_field = "reasoning_details"
+            reasoning = reasoning or details_text(details)
         text = message.get("content") or ""
         calls: dict[int, _ToolCallBuilder] = {}
         for index, call in enumerate(message.get("tool_calls") or []):
@@ -842,7 +896,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if text:
             yield text
         assert isinstance(completion, dict)
-        yield self._result(text, reasoning or None, calls, choices[0].get("finish_reason") or "stop", completion.get("usage"))
+        yield self._result(text, reasoning or None, calls, choices[0].get("finish_reason") or "stop", completion.get("usage"),
+                           reasoning_field, details)
 
     def _result(
         self,
@@ -851,7 +906,14 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         calls: Mapping[int, _ToolCallBuilder],
         finish_reason: str | None,
         usage: Mapping[str, Any] | None,
+        reasoning_field: ReasoningField | None = None,
+        details: list[dict[str, Any]] | None = None,
     ) -> CreateResult:
+        if reasoning_field is not None:
+            self._reasoning_field = reasoning_field
+        reasoning_extras: dict[str, Any] = {
+            "reasoning_field": reasoning_field, "reasoning_details": details, "reasoning_tokens": reasoning_tokens(usage),
+        }
         request_usage = RequestUsage(
             prompt_tokens=int((usage or {}).get("prompt_tokens") or 0),
             completion_tokens=int((usage or {}).get("completion_tokens") or 0),
@@ -859,19 +921,21 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         self._total_usage = add_usage(self._total_usage, request_usage)
         self._actual_usage = add_usage(self._actual_usage, request_usage)
         if calls:
-            return CreateResult(
+            return UpstreamResult(
                 finish_reason="function_calls",
                 content=[calls[index].build() for index in sorted(calls)],
                 usage=request_usage,
                 cached=False,
                 thought=text or reasoning,
+                **reasoning_extras,
             )
-        return CreateResult(
+        return UpstreamResult(
             finish_reason=_FINISH_REASONS.get(finish_reason or "", "unknown"),  # type: ignore[arg-type]
             content=text,
             usage=request_usage,
             cached=False,
             thought=reasoning,
+            **reasoning_extras,
         )
 
     async def create(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncGenerator, Mapping, Sequence
+from typing import Any, AsyncGenerator, Literal, Mapping, Sequence, Union
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -19,7 +19,8 @@ from duet.workbenches import derived_from
 from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
-from .messages import read_task, reasoning_reply
+from .grounding import retrieved_context
+from .messages import read_grounding, read_task, reasoning_reply, restores_reasoning
 from .model_client import streaming_create_args
 from .run_context import DuetRun
 from .thinking import ReasoningSplitter
@@ -52,8 +53,13 @@ def _tool_line(tool: Mapping[str, Any]) -> str:
     return line
 
 
-DEFAULT_REASON_ON_TOOL_RESULTS = False
-"""Rounds that only bring tool results go straight to the answer agent: one model call fewer per tool round."""
+ReasonOnToolResults = Union[bool, Literal["auto"]]
+
+DEFAULT_REASON_ON_TOOL_RESULTS: ReasonOnToolResults = "auto"
+"""A round that only brings tool results goes straight to the answer agent (one model call fewer per
+tool round) when the reasoning it continues is restored; when that reasoning is lost (call ids Duet
+never issued, a stored round that expired or whose store is down) the reasoner thinks again, so the
+answer model never answers a continued round without reasoning."""
 
 DEFAULT_STOP_AFTER_THINKING = True
 """The draft answer a reasoning model writes after its thinking is never read: close the call instead."""
@@ -69,8 +75,10 @@ DEFAULT_MAX_REASONING_SECONDS = 300.0
 class ReasoningAgentOptions(DuetAgentOptions):
     """How the reasoning agent works: the fields its config and the YAML ``reasoner:`` section share."""
 
-    reason_on_tool_results: bool = Field(
-        DEFAULT_REASON_ON_TOOL_RESULTS, description="Think again on rounds that only bring tool results."
+    reason_on_tool_results: ReasonOnToolResults = Field(
+        DEFAULT_REASON_ON_TOOL_RESULTS,
+        description="Think again on rounds that only bring tool results: true, false, or 'auto' (only when the "
+        "reasoning of the round they continue cannot be restored).",
     )
     stop_after_thinking: bool = Field(
         DEFAULT_STOP_AFTER_THINKING, description="Close the reasoning call when the thinking ends."
@@ -103,8 +111,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
     :mod:`duet.agents.messages`), which the answer agent reads.
 
     Args:
-        reason_on_tool_results: think again on rounds that only bring tool results (off: those
-            rounds go straight to the answer agent).
+        reason_on_tool_results: think again on rounds that only bring tool results: ``True``
+            always, ``False`` never (those rounds go straight to the answer agent), ``"auto"`` only
+            when the task carries no restored reasoning for the round it continues.
         stop_after_thinking: for models that separate thinking from answering (``reasoning_content``
             or ``<think>`` tags), close the call once the thinking ends instead of waiting for a
             draft answer nobody reads. The usage of such a call is then estimated.
@@ -132,7 +141,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         system_message: str | None = None,
         workbench: Workbench | None = None,
         tools: Sequence[BaseTool[Any, Any]] | None = None,
-        reason_on_tool_results: bool = DEFAULT_REASON_ON_TOOL_RESULTS,
+        reason_on_tool_results: ReasonOnToolResults = DEFAULT_REASON_ON_TOOL_RESULTS,
         stop_after_thinking: bool = DEFAULT_STOP_AFTER_THINKING,
         max_reasoning_chars: int = DEFAULT_MAX_REASONING_CHARS,
         max_reasoning_seconds: float = DEFAULT_MAX_REASONING_SECONDS,
@@ -145,12 +154,14 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         self._max_reasoning_chars = max_reasoning_chars
         self._max_reasoning_seconds = max_reasoning_seconds
 
-    def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema]) -> list[LLMMessage]:
+    def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema], grounding: str = "") -> list[LLMMessage]:
         transcript = as_transcript(conversation)
         instructions = [self._system_message or DEFAULT_REASONING_PROMPT]
         client_instructions = [m.content for m in transcript if isinstance(m, SystemMessage)]
         if client_instructions:
             instructions.append("The assistant's instructions:\n" + "\n\n".join(client_instructions))
+        if grounding:
+            instructions.append(retrieved_context(grounding))
         system = SystemMessage(content="\n\n".join(instructions) + describe_tools(tools))
         return [system, *(m for m in transcript if not isinstance(m, SystemMessage))]
 
@@ -158,12 +169,12 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]:
         conversation, _ = read_task(messages)
-        if not self._reason_on_tool_results and ends_with_tool_results(conversation):
+        if ends_with_tool_results(conversation) and not self._rethinks(messages):
             yield Response(chat_message=reasoning_reply(self.name, ""))
             return
         workbench = self._workbench_for(run)
         tools = await workbench.list_tools() if workbench is not None else []
-        prompt = self._prompt(conversation, tools)
+        prompt = self._prompt(conversation, tools, read_grounding(messages))
 
         if cancellation_token.is_cancelled():  # the client already left: start no model call
             raise asyncio.CancelledError()
@@ -228,8 +239,16 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             usage = result.usage
         else:
             usage = RequestUsage(prompt_tokens=estimate_tokens(prompt), completion_tokens=len(parts))
-        yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        # All the reasoner writes is reasoning to the client (a draft answer after it is never shown).
+        yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                    reasoning_tokens=usage.completion_tokens)
         yield Response(chat_message=reasoning_reply(self.name, "".join(parts).strip(), usage))
+
+    def _rethinks(self, messages: Sequence[BaseChatMessage]) -> bool:
+        """Whether a round that only brings tool results is thought through again."""
+        if self._reason_on_tool_results == "auto":
+            return not restores_reasoning(messages)
+        return bool(self._reason_on_tool_results)
 
     def _to_config(self) -> ReasoningAgentConfig:
         return ReasoningAgentConfig(

@@ -27,6 +27,7 @@ class DuetResult(BaseModel):
     tool_calls: list[ToolCall] = []
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0
     finish_reason: FinishReason = "stop"
 
     @classmethod
@@ -47,6 +48,7 @@ class DuetResult(BaseModel):
             elif isinstance(event, Usage):
                 result.prompt_tokens += event.prompt_tokens
                 result.completion_tokens += event.completion_tokens
+                result.reasoning_tokens += event.reasoning_tokens
             elif isinstance(event, Finished):
                 result.finish_reason = event.finish_reason
         result.reasoning = "".join(reasoning)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from duet.workbenches import ToolsSettings
 
 from .answer_agent import AnswerAgentOptions
+from .grounding import GroundingAgentOptions
 from .model_client import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig
 from .reasoning_agent import ReasoningAgentOptions
 
@@ -116,6 +117,16 @@ class AnswerSettings(AnswerAgentOptions, ModelSettings):
         return AnswerAgentOptions(**_fields(self, AnswerAgentOptions))
 
 
+class GroundingSettings(GroundingAgentOptions):
+    """The ``grounding:`` section: service tools run on the user's question before the reasoner."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def agent_options(self) -> GroundingAgentOptions:
+        """The grounding agent's options these settings set (its constructor's keywords)."""
+        return GroundingAgentOptions(**_fields(self, GroundingAgentOptions))
+
+
 class PipelineSettings(BaseModel):
     """A served model name and the two models behind it. Without ``reasoner`` the answer model
     serves alone."""
@@ -130,6 +141,9 @@ class PipelineSettings(BaseModel):
     reasoner: Optional[ReasonerSettings] = None
     answer: AnswerSettings
     tools: ToolsSettings = Field(default_factory=ToolsSettings, description="Tools Duet runs itself, for every client.")
+    grounding: Optional[GroundingSettings] = Field(
+        None, description="Service tools (a web search) run on the user's question before the reasoner thinks."
+    )
 
 
 __all__ = [
@@ -139,6 +153,7 @@ __all__ = [
     "DEFAULT_REASONING_OUTPUT",
     "REASONER_MODEL_INFO",
     "AnswerSettings",
+    "GroundingSettings",
     "ModelSettings",
     "PipelineSettings",
     "ReasonerSettings",

@@ -13,7 +13,8 @@ from autogen_core.tools import BaseTool, Workbench
 from duet.workbenches import DuetWorkbench, ProxyTool
 
 from .answer_agent import AnswerAgent
-from .messages import ANSWERER_NAME, CLIENT, REASONER_NAME, TEAM_NAME
+from .grounding import GroundingAgent
+from .messages import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME, TEAM_NAME
 from .model_client import ANSWER_MODEL_INFO
 from .reasoning_agent import ReasoningAgent
 from .settings import REASONER_MODEL_INFO, ModelSettings, PipelineSettings
@@ -37,7 +38,9 @@ def build_team(
     """
     tools = list(workbench.tools) if tools_as_list and workbench is not None else None  # type: ignore[attr-defined]
     shared = None if tools is not None else workbench
-    participants: list[ReasoningAgent | AnswerAgent] = []
+    participants: list[GroundingAgent | ReasoningAgent | AnswerAgent] = []
+    if settings.grounding is not None:  # first: its results go to both other agents
+        participants.append(GroundingAgent(GROUNDER_NAME, workbench=workbench, **dict(settings.grounding.agent_options())))
     if settings.reasoner is not None:
         if reasoner_client is None:
             raise ValueError("the pipeline has a reasoner but no reasoner client was given")
@@ -84,6 +87,8 @@ def export_team(
     if studio:
         parts = {ANSWERER_NAME: settings.answer, REASONER_NAME: settings.reasoner}
         for participant in document["config"]["participants"]:
+            if participant["config"]["name"] not in parts:
+                continue  # the grounding agent calls no model
             model = parts[participant["config"]["name"]]
             assert model is not None
             participant["config"]["model_client"] = _stock_client_component(model, participant["config"]["model_client"])

@@ -17,6 +17,7 @@ from autogen_core.models import ChatCompletionClient
 from .answer_agent import AnswerAgent
 from .base import DuetAgent, DuetAgentConfig
 from .errors import TeamLoadError
+from .grounding import GroundingAgent
 from .messages import ANSWERER_NAME, REASONER_NAME
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from .pool import TeamSlot
@@ -28,7 +29,7 @@ from .team_files import diagnose, load_team
 
 _DUET_AGENTS: dict[str, type[DuetAgent]] = {
     spelling: agent
-    for agent in (ReasoningAgent, AnswerAgent)
+    for agent in (GroundingAgent, ReasoningAgent, AnswerAgent)
     for spelling in (agent.component_provider_override, f"{agent.__module__}.{agent.__qualname__}")
 }
 _DUET_TEAMS = (RoundRobinGroupChat.component_provider_override, f"{RoundRobinGroupChat.__module__}.{RoundRobinGroupChat.__qualname__}")
@@ -82,10 +83,11 @@ class _Participant:
     config: DuetAgentConfig
     shared_client: ChatCompletionClient | None
 
-    def client(self) -> ChatCompletionClient:
+    def client(self) -> ChatCompletionClient | None:
         if self.shared_client is not None:
             return self.shared_client
-        return ChatCompletionClient.load_component(self.config.model_client)
+        model_client = getattr(self.config, "model_client", None)  # the grounding agent calls no model
+        return ChatCompletionClient.load_component(model_client) if model_client is not None else None
 
 
 class TeamFactory:
@@ -168,10 +170,10 @@ class TeamFactory:
             assert kind is not None
             config: DuetAgentConfig = kind.component_config_schema.model_validate(participant.config)  # type: ignore[attr-defined]
             client = given.get(config.name)
-            if client is None:
+            if client is None and getattr(config, "model_client", None) is not None:  # the grounding agent has none
                 client = ChatCompletionClient.load_component(config.model_client)
                 made.append(client)
-            shared = config.name in given or made_for_concurrent_use(client)
+            shared = client is not None and (config.name in given or made_for_concurrent_use(client))
             self._participants.append(_Participant(kind, config, client if shared else None))
             first_clients.append(client)
         self._team = team
@@ -214,7 +216,8 @@ class TeamFactory:
         """A team of Duet's agents with ``clients`` (one for each participant) on a runtime of its
         own; the slot owns the clients that are not shared."""
         runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
-        own = [client for participant, client in zip(self._participants, clients, strict=True) if participant.shared_client is None]
+        own = [client for participant, client in zip(self._participants, clients, strict=True)
+               if participant.shared_client is None and client is not None]
         return TeamSlot(self._build(runtime, clients), runtime, own_clients=own)
 
     def _build(self, runtime: AgentRuntime, clients: list[ChatCompletionClient]) -> RoundRobinGroupChat:

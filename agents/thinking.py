@@ -50,6 +50,18 @@ def strip_think_blocks(text: str) -> str:
     return _THINK_BLOCK.sub("", text).strip()
 
 
+def think_text(text: str) -> str:
+    """The text inside the ``<think>`` blocks of ``text`` ('' when it has none).
+
+    >>> think_text("<think>\\nplan\\n</think>\\n\\nAnswer")
+    'plan'
+    """
+    if OPEN_TAG not in text:
+        return ""
+    blocks = (match.group(0) for match in _THINK_BLOCK.finditer(text))
+    return "\n\n".join(part for part in (block[len(OPEN_TAG):].split(CLOSE_TAG, 1)[0].strip() for block in blocks) if part)
+
+
 def _held_back(text: str, tag: str) -> int:
     """Length of the longest suffix of ``text`` that could be the start of ``tag``."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):

@@ -26,8 +26,11 @@ def _json(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
-    return _json({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens})
+def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> bytes:
+    usage: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+    if reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return _json(usage)
 
 
 class ChunkEncoder:
@@ -70,9 +73,9 @@ class ChunkEncoder:
         # finish_reason of any chunk that carries usage.
         return self._head + b'{},"logprobs":null,"finish_reason":' + _json(reason) + b"}]}\n\n"
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+    def usage(self, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> bytes:
         """The ``stream_options.include_usage`` chunk: no choices, only usage."""
-        return self._prefix + b'"choices":[],"usage":' + _usage(prompt_tokens, completion_tokens) + b"}\n\n"
+        return self._prefix + b'"choices":[],"usage":' + _usage(prompt_tokens, completion_tokens, reasoning_tokens) + b"}\n\n"
 
     @staticmethod
     def error(body: dict[str, object]) -> bytes:
@@ -118,7 +121,7 @@ class ChunkWriter:
     def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
         self._out.append(self.encoder.finish(reason))
         if self._include_usage:
-            self._out.append(self.encoder.usage(prompt_tokens, completion_tokens))
+            self._out.append(self.encoder.usage(prompt_tokens, completion_tokens, reasoning_tokens))
         self._out.append(DONE)
 
     def error(self, error: APIError) -> None:

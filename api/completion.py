@@ -67,7 +67,7 @@ class CompletionFold:
             created=self._created,
             model=self._model,
             choices=[Choice(message=message, finish_reason=reason)],
-            usage=CompletionUsage.of(prompt_tokens, completion_tokens),
+            usage=CompletionUsage.of(prompt_tokens, completion_tokens, reasoning_tokens),
         )
 
     def error(self, error: APIError) -> None:

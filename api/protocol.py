@@ -215,14 +215,22 @@ WireFinishReason = Literal["stop", "length", "tool_calls", "content_filter", "fu
 """Why a choice ended; ``function_call`` answers a legacy ``functions`` request."""
 
 
+class CompletionTokensDetails(_Response):
+    reasoning_tokens: int
+
+
 class CompletionUsage(_Response):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: Annotated[Optional[CompletionTokensDetails], Omitted] = None
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int) -> "CompletionUsage":
-        return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+    def of(cls, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> "CompletionUsage":
+        """The usage object; ``completion_tokens_details`` only when some completion tokens were reasoning."""
+        details = CompletionTokensDetails(reasoning_tokens=reasoning_tokens) if reasoning_tokens else None
+        return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens,
+                   completion_tokens_details=details)
 
 
 class CalledFunction(_Response):

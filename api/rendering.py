@@ -55,8 +55,8 @@ class ResponseWriter(Protocol):
         """The one call a legacy ``functions`` client gets."""
 
     def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
-        """The response is complete; the token counts are the whole run's (``reasoning_tokens``: the
-        reasoning model's output tokens, part of ``completion_tokens``)."""
+        """The response is complete; the token counts are the whole run's (``reasoning_tokens``, part of
+        ``completion_tokens``: the reasoning model's output tokens and the answer model's own reasoning tokens)."""
 
     def error(self, error: APIError) -> None:
         """The run failed after the response began."""
@@ -107,7 +107,10 @@ class Renderer:
                 self._prompt_tokens += event.prompt_tokens
                 self._completion_tokens += event.completion_tokens
                 if event.source == REASONER_NAME:
+                    # The reasoner's output is all reasoning; an answer model's own reasoning is what its upstream reported.
                     self._reasoning_tokens += event.completion_tokens
+                else:
+                    self._reasoning_tokens += event.reasoning_tokens
             case ToolCallsRequested():
                 if self._think_open:
                     self._close_think()

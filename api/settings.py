@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
+from duet.agents import AnswerSettings, GroundingSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
 from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
 from duet.agents.settings import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
 from duet.workbenches import ToolsSettings
@@ -169,6 +169,7 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
     answer_model: str = Field("qwen2.5:7b", description="The answer model (calls the tools).")
     reasoning_output: ReasoningOutput = Field(DEFAULT_REASONING_OUTPUT, description="reasoning_content, think (inline <think>) or hidden.")
     function_tools: str = Field("", description="Comma-separated 'module:function' paths: service tools of the default pipeline.")
+    grounding_tools: str = Field("", description="Comma-separated names of the default pipeline's service tools to run before the reasoner.")
     log_level: LogLevel = Field("info", description="Duet's own log level (uvicorn's too).")
 
     @classmethod
@@ -209,12 +210,14 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
                 base_url=self.reasoner_base_url, model=self.reasoner_model, api_key_env="DUET_REASONER_API_KEY"
             )
         functions = [path.strip() for path in self.function_tools.split(",") if path.strip()]
+        grounding_tools = [name.strip() for name in self.grounding_tools.split(",") if name.strip()]
         return PipelineSettings(
             name=self.model_name,
             reasoning_output=self.reasoning_output,
             reasoner=reasoner,
             answer=AnswerSettings(base_url=self.answer_base_url, model=self.answer_model, api_key_env="DUET_ANSWER_API_KEY"),
             tools=ToolsSettings(functions=functions),  # type: ignore[arg-type]
+            grounding=GroundingSettings(tools=grounding_tools) if grounding_tools else None,
         )
 
 

@@ -22,6 +22,7 @@ DUET = str(Path(sys.executable).parent / "duet")  # the console script the packa
 API_KEY = "test-key"
 REASONER = "deepseek-r1"
 ANSWER = "qwen-tools"
+THINKING_ANSWER = "deepseek-v4-thinking"
 
 
 def free_port() -> int:
@@ -123,11 +124,18 @@ def pipelines_config(upstream_url: str) -> dict[str, Any]:
             {"name": "duet-hidden", "reasoning_output": "hidden", "reasoner": reasoner, "answer": answer},
             {"name": "answer-only", "answer": answer},
             {"name": "duet-rethink", "reasoner": {**reasoner, "reason_on_tool_results": True}, "answer": answer},
+            {"name": "duet-never-rethink", "reasoner": {**reasoner, "reason_on_tool_results": False}, "answer": answer},
             {"name": "duet-vision", "reasoner": reasoner, "answer": {**answer, "model": "qwen-vl", "model_info": {"vision": True}}},
             {"name": "duet-stock-client", "reasoner": {**reasoner, "client": "openai"}, "answer": {**answer, "client": "openai"}},
             {"name": "duet-impatient", "reasoner": reasoner, "answer": {**answer, "model": "qwen-slow", "read_timeout": 1.0}},
             {"name": "duet-service-rounds", "reasoner": reasoner, "answer": {**answer, "max_tool_rounds": 2}},
             {"name": "duet-functions", "reasoner": reasoner, "answer": answer,
+             "tools": {"functions": ["tests.service_tools_fixtures:lookup_customer"]}},
+            # A thinking answer model (DeepSeek's thinking mode): it wants its reasoning back on tool turns.
+            {"name": "duet-thinking", "reasoner": reasoner, "answer": {**answer, "model": THINKING_ANSWER},
+             "tools": {"functions": ["tests.service_tools_fixtures:lookup_customer"]}},
+            {"name": "duet-thinking-cold", "reasoner": reasoner, "answer": {**answer, "model": THINKING_ANSWER + "-cold"}},
+            {"name": "duet-thinking-off", "reasoner": reasoner, "answer": {**answer, "model": THINKING_ANSWER, "pass_reasoning_back": False},
              "tools": {"functions": ["tests.service_tools_fixtures:lookup_customer"]}},
         ],
     }

@@ -6,7 +6,11 @@ Real sockets, real HTTP/1.1, real SSE: ``POST /v1/chat/completions`` answers fro
 faults on demand (HTTP errors with any code, type, param and headers, an error that echoes the
 caller's key, a dropped connection mid-stream, a stall before or during the answer, an error event,
 garbage, and 200s that are not a stream: an HTML page, a plain JSON completion or error, only
-``[DONE]``).
+``[DONE]``). A model can be made a thinking model that wants its reasoning back, as DeepSeek's
+thinking mode does (:meth:`ScriptedUpstream.require_reasoning_back`): a request whose assistant
+tool-call message lacks it gets DeepSeek's HTTP 400. Reasoning is streamed in any of the fields
+upstreams use (``reasoning_content``, ``reasoning``, ``reasoning_details``), and the usage counts it
+in ``completion_tokens_details.reasoning_tokens``.
 Every request is recorded, including whether the client hung up before the answer ended.
 
 It runs on its own event loop in a background thread, so synchronous clients (the ``openai`` SDK,
@@ -56,7 +60,7 @@ class Reply:
     tool_calls: Sequence[ScriptedCall] = ()
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
     usage: tuple[int, int] | None = None  # (prompt, completion); default computed from the request
-    reasoning_field: str = "reasoning_content"
+    reasoning_field: str = "reasoning_content"  # or "reasoning", or "reasoning_details" (OpenRouter's structured form)
     status: int = 200
     error_message: str = "scripted failure"
     error_code: str | int | None = None  # the error object's "code" (default: the HTTP status)
@@ -122,12 +126,19 @@ class ScriptedUpstream:
         self._thread: threading.Thread | None = None
         self._connections: set[asyncio.StreamWriter] = set()
         self.models_reply: Reply | None = None  # how GET /models answers (its status, delay, ...); None: a list
+        self._wants_reasoning_back: dict[str, str] = {}  # model -> the field its tool-call turns must carry
 
     # -- scripting -----------------------------------------------------------------------------
     def script(self, model: str, *replies: Reply | Responder) -> None:
         """Queues answers for ``model``, used in order; then the default responder answers."""
         with self._lock:
             self._scripts[model].extend(replies)
+
+    def require_reasoning_back(self, model: str, field: str = "reasoning_content") -> None:
+        """Makes ``model`` refuse, as DeepSeek's thinking mode does (HTTP 400), a request in which an
+        assistant message with ``tool_calls`` lacks its reasoning in ``field`` (missing or empty)."""
+        with self._lock:
+            self._wants_reasoning_back[model] = field
 
     def set_default(self, responder: Responder) -> None:
         self._responder = responder
@@ -138,6 +149,7 @@ class ScriptedUpstream:
             self.requests.clear()
             self._responder = default_responder
             self.models_reply = None
+            self._wants_reasoning_back.clear()
 
     def requests_for(self, model: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.model == model]
@@ -264,7 +276,8 @@ class ScriptedUpstream:
             model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic(), peer_port=peer_port
         )
         self.requests.append(record)
-        reply = self._next_reply(body)
+        missing = self._missing_reasoning(body)
+        reply = self._next_reply(body) if missing is None else missing
         if reply.drop_connection:
             record.aborted = True
             record.ended.set()
@@ -298,6 +311,18 @@ class ScriptedUpstream:
             record.finished_at = time.monotonic()
             record.ended.set()
 
+    def _missing_reasoning(self, body: dict[str, Any]) -> Reply | None:
+        """DeepSeek's refusal of a thinking-mode request whose tool-call turn lacks its reasoning."""
+        field = self._wants_reasoning_back.get(body.get("model", ""))
+        if field is None:
+            return None
+        for index, message in enumerate(body.get("messages") or []):
+            if message.get("role") == "assistant" and message.get("tool_calls") and not message.get(field):
+                return Reply(status=400, error_type="invalid_request_error", error_code="invalid_request_error",
+                             error_message=f"Missing `{field}` field in the assistant message at message index {index}. For more "
+                                           "information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls")
+        return None
+
     @staticmethod
     def _error(reply: Reply, headers: dict[str, str], status: int) -> dict[str, Any]:
         message = reply.error_message
@@ -326,12 +351,16 @@ class ScriptedUpstream:
         else:
             prompt = max(1, len(json.dumps(body.get("messages", []))) // 4)
             completion = len(reply.reasoning) + len(reply.content) + len(reply.tool_calls)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        if reply.reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(completion, len(reply.reasoning))}
+        return usage
 
     def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(reply.content) or None}
         if reply.reasoning:
-            message[reply.reasoning_field] = "".join(reply.reasoning)
+            text = "".join(reply.reasoning)
+            message[reply.reasoning_field] = [{"type": "reasoning.text", "text": text, "index": 0}] if reply.reasoning_field == "reasoning_details" else text
         if reply.tool_calls:
             message["tool_calls"] = [
                 {"id": call.id or f"call_up{next(self._ids)}", "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
@@ -356,7 +385,12 @@ class ScriptedUpstream:
 
         yield chunk({"role": "assistant", "content": ""})
         for piece in reply.reasoning:
-            yield chunk({reply.reasoning_field: piece})
+            if reply.reasoning_field == "reasoning_details":  # OpenRouter: fragments of one detail, and a signature at its end
+                yield chunk({"reasoning_details": [{"type": "reasoning.text", "text": piece, "index": 0, "format": "unknown"}]})
+            else:
+                yield chunk({reply.reasoning_field: piece})
+        if reply.reasoning and reply.reasoning_field == "reasoning_details":
+            yield chunk({"reasoning_details": [{"type": "reasoning.text", "text": "", "index": 0, "signature": "sig-scripted"}]})
         for piece in reply.content:
             yield chunk({"content": piece})
         fragments: list[list[dict[str, Any]]] = []

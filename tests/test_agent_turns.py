@@ -33,6 +33,7 @@ from PIL import Image as PILImage
 
 from duet.agents import ANSWER_MODEL_INFO, AnswerAgent, OpenAICompatibleClient, ReasoningAgent, ReasoningText
 from duet.agents.answer_agent import REASONING_PREAMBLE
+from duet.agents.messages import reasoning_reply
 from duet.agents.model_client import streaming_create_args
 from duet.workbenches import ProxyTool, PythonFunctionTool, model_safe_name
 from tests.scripted_model_client import ScriptedModelClient, ScriptedTurn, calls_result, text_result
@@ -223,13 +224,17 @@ def test_client_tool_call_ends_the_turn_with_a_handoff() -> None:
     assert requested[0].content[0].id == asked.content[0].id  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("reason_on_tool_results", [False, True])
-def test_reasoning_on_tool_results(reason_on_tool_results: bool) -> None:
+@pytest.mark.parametrize(("reason_on_tool_results", "restored", "thinks"), [
+    (False, False, False), (True, True, True), ("auto", False, True), ("auto", True, False),
+])
+def test_reasoning_on_tool_results(reason_on_tool_results: bool | str, restored: bool, thinks: bool) -> None:
+    """``auto`` thinks again only when the task carries no restored reasoning for the round."""
     results = FunctionExecutionResultMessage(content=[FunctionExecutionResult(content="42", call_id="c1", name="f", is_error=False)])
     client = ScriptedModelClient(ScriptedTurn([R("The tool said 42.")], text_result("")))
-    agent = ReasoningAgent("reasoner", client, reason_on_tool_results=reason_on_tool_results)
-    _, response = run_turn(agent, QUESTION, ModelMessage(message=results, source="app"))
-    if reason_on_tool_results:
+    agent = ReasoningAgent("reasoner", client, reason_on_tool_results=reason_on_tool_results)  # type: ignore[arg-type]
+    earlier = [reasoning_reply("reasoner", "Call f.")] if restored else []
+    _, response = run_turn(agent, QUESTION, ModelMessage(message=results, source="app"), *earlier)
+    if thinks:
         assert len(client.calls) == 1 and response.chat_message.content == "The tool said 42."  # type: ignore[union-attr]
     else:
         assert client.calls == [] and response.chat_message.content == ""  # type: ignore[union-attr]

@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, DuetServer
+from duet.agents.answer_reasoning import REASONING_NOT_KEPT
+from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, THINKING_ANSWER, DuetServer
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
 SEARCH = {
@@ -151,7 +152,9 @@ def test_legacy_function_call_mode(dify: Dify, upstream: ScriptedUpstream) -> No
     upstream.script(ANSWER, lambda body: Reply(content=[f"got {body['messages'][-1]['content']}"]))
     follow_up = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": calls},
                  {"role": "tool", "content": "result-y", "tool_call_id": calls[0]["id"]}]
-    assert dify.invoke(follow_up, credentials=credentials, tools=[SEARCH])["text"] == "got result-y"
+    # A legacy function_call carries no id, so the round's reasoning cannot be restored: the reasoner thinks again.
+    assert dify.invoke(follow_up, credentials=credentials, tools=[SEARCH])["text"] == "<think>\nThinking about it.\n</think>got result-y"
+    assert len(upstream.requests_for(REASONER)) == 3
 
 
 def test_think_output_mode_for_dify(dify: Dify, upstream: ScriptedUpstream) -> None:
@@ -184,3 +187,48 @@ def test_dify_sees_only_its_own_tools_in_a_mixed_round(dify: Dify, upstream: Scr
                  {"role": "tool", "content": "Ada is a mathematician.", "tool_call_id": first["tool_calls"][0]["id"]}]
     second = dify.invoke(follow_up, model="duet-functions", tools=[SEARCH])
     assert second["text"].startswith('{"email": "a@b.c", "name": "Ada"') and second["text"].endswith(" + Ada is a mathematician.")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_agent_over_a_thinking_answer_model(dify: Dify, upstream: ScriptedUpstream, stream: bool) -> None:
+    """A multi-round Dify agent whose answer model is a thinking model that refuses a tool turn
+    without its reasoning (DeepSeek's thinking mode): a service tool and a Dify tool in the first
+    round, Dify's results, then a new question over history Dify rebuilt with fresh call ids."""
+    upstream.require_reasoning_back(THINKING_ANSWER)
+    user = {"role": "user", "content": "Who is a@b.c?"}
+    upstream.script(THINKING_ANSWER,
+                    Reply(reasoning=["Look up the customer."], tool_calls=[ScriptedCall("lookup_customer", '{"email": "a@b.c"}')]),
+                    Reply(reasoning=["Search for her."], content=["Searching."], tool_calls=[ScriptedCall("web_search", '{"query": "Ada"}')]))
+    first = dify.invoke([user], model="duet-thinking", tools=[SEARCH], stream=stream)
+    [call] = first["tool_calls"]
+    assert call["name"] == "web_search" and first["text"].endswith("Searching.")
+
+    upstream.script(THINKING_ANSWER, Reply(reasoning=["She is found."], content=["Ada Lovelace."]))
+    round_one = [user, {"role": "assistant", "content": first["text"], "tool_calls": [call]},
+                 {"role": "tool", "content": "Ada Lovelace, mathematician.", "tool_call_id": call["id"]}]
+    second = dify.invoke(round_one, model="duet-thinking", tools=[SEARCH], stream=stream)
+    assert second["text"].endswith("Ada Lovelace.")
+    kept = [t["reasoning_content"] for t in upstream.requests_for(THINKING_ANSWER)[2].body["messages"] if t.get("tool_calls")]
+    assert kept == ["Look up the customer.", "Search for her."]  # each tool turn with its own reasoning
+
+    # The next question: Dify rebuilds the earlier turn from its database, with a fresh call id.
+    rebuilt = [user, {"role": "assistant", "content": first["text"], "tool_calls": [{**call, "id": "dify-fresh-1"}]},
+               {"role": "tool", "content": "Ada Lovelace, mathematician.", "tool_call_id": "dify-fresh-1"},
+               {"role": "assistant", "content": second["text"]}, {"role": "user", "content": "When was she born?"}]
+    upstream.script(THINKING_ANSWER, Reply(reasoning=["Search again."], tool_calls=[ScriptedCall("web_search", '{"query": "Ada born"}')]))
+    third = dify.invoke(rebuilt, model="duet-thinking", tools=[SEARCH], stream=stream)
+    [again] = third["tool_calls"]
+    upstream.script(THINKING_ANSWER, Reply(reasoning=["1815."], content=["In 1815."]))
+    fourth = dify.invoke([*rebuilt, {"role": "assistant", "content": third["text"], "tool_calls": [again]},
+                          {"role": "tool", "content": "born 10 December 1815", "tool_call_id": again["id"]}],
+                         model="duet-thinking", tools=[SEARCH], stream=stream)
+    assert fourth["text"].endswith("In 1815.")
+    requests = upstream.requests_for(THINKING_ANSWER)
+    assert len(requests) == 5  # no request was refused
+    old_turn, new_turn = [m for m in requests[-1].body["messages"] if m.get("tool_calls")]
+    assert new_turn["reasoning_content"] == "Search again."
+    # The rebuilt turn's reasoning: the <think> text Dify kept when it streamed (a note otherwise, never empty).
+    if stream:
+        assert "Search for her." in old_turn["reasoning_content"]
+    else:
+        assert old_turn["reasoning_content"] == REASONING_NOT_KEPT

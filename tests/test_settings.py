@@ -18,6 +18,9 @@ from duet.agents import (
     AnswerAgentConfig,
     AnswerAgentOptions,
     AnswerSettings,
+    GroundingAgent,
+    GroundingAgentConfig,
+    GroundingSettings,
     ModelSettings,
     OpenAICompatibleClient,
     OpenAICompatibleClientConfig,
@@ -32,16 +35,16 @@ from duet.api import ConfigFile, EnvSettings
 from duet.api.cli import SERVE_FLAGS, build_parser, given_flags, main
 from duet.api.settings import ServiceOptions
 
-YAML_SETTINGS = (ModelSettings, ReasonerSettings, AnswerSettings)
-COMPONENT_CONFIGS = (OpenAICompatibleClientConfig, ReasoningAgentConfig, AnswerAgentConfig)
-CONSTRUCTORS = (OpenAICompatibleClient, ReasoningAgent, AnswerAgent)
+YAML_SETTINGS = (ModelSettings, ReasonerSettings, AnswerSettings, GroundingSettings)
+COMPONENT_CONFIGS = (OpenAICompatibleClientConfig, ReasoningAgentConfig, AnswerAgentConfig, GroundingAgentConfig)
+CONSTRUCTORS = (OpenAICompatibleClient, ReasoningAgent, AnswerAgent, GroundingAgent)
 # Settings whose default the YAML settings, a component config and a constructor each state: the
 # number of places each appears in (a model client's field: three settings classes, the client's
 # config and its constructor; an agent's option: its part's settings, its config and its constructor).
 DEFAULTED = {
     "connect_timeout": 5, "read_timeout": 5, "max_retries": 5, "retry_backoff": 5, "max_retry_wait": 5,
     "reason_on_tool_results": 3, "stop_after_thinking": 3, "max_reasoning_chars": 3, "max_reasoning_seconds": 3,
-    "max_tool_rounds": 3,
+    "max_tool_rounds": 3, "pass_reasoning_back": 3, "when": 3, "timeout": 3, "max_chars": 3, "arguments": 3,
 }
 
 

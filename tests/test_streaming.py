@@ -138,7 +138,8 @@ def test_inline_think_tags_from_the_answer_model_become_reasoning(http: httpx.Cl
     completion = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).json()
     message = completion["choices"][0]["message"]
     assert message["content"] == "The answer."
-    assert message["reasoning_content"] == "plan\n\nchecking facts"  # a new source starts a new paragraph
+    # A new source starts a new paragraph, and the answer model's own reasoning says whose it is.
+    assert message["reasoning_content"] == "plan\n\n[the answer model's own reasoning]\nchecking facts"
 
 
 def test_reasoning_field_variant_and_plain_reasoner(http: httpx.Client, upstream: ScriptedUpstream) -> None:

@@ -19,10 +19,10 @@ import pytest
 from autogen_core import ComponentModel
 from autogenstudio.validation.validation_service import ValidationService
 
-from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings, export_team
+from duet.agents import AnswerSettings, GroundingSettings, PipelineSettings, ReasonerSettings, export_team
 from tests.conftest import ANSWER, REASONER, ROOT, free_port, stop_process, tool
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
-from duet.workbenches import model_safe_name, proxy_tools_from_openai
+from duet.workbenches import HttpToolSettings, ToolsSettings, model_safe_name, proxy_tools_from_openai
 
 STUDIO = str(Path(sys.executable).parent / "autogenstudio")
 LOOKUP = tool("kb.lookup", "Looks something up in the knowledge base.")
@@ -107,3 +107,25 @@ def test_studio_team_manager_runs_the_team(upstream: ScriptedUpstream, tmp_path:
     assert reasoning["content"] == "Use the knowledge base."
     handoff = next(m for m in messages if m["type"] == "HandoffMessage")
     assert handoff["target"] == "client" and handoff["context"][0]["content"][0]["name"] == model_safe_name("kb.lookup")
+
+
+def test_studio_validates_and_shows_a_grounded_team(studio_ui: StudioProcess, upstream: ScriptedUpstream,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pipeline with grounding exports its GroundingAgent first; Studio validates the team and keeps
+    the grounding (its tools and options) in the team's JSON."""
+    monkeypatch.setenv("OPENAI_API_KEY", "not-needed")
+    pipeline = PipelineSettings(
+        reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
+        answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER),
+        tools=ToolsSettings(http=[HttpToolSettings(name="web_search", url="http://127.0.0.1:9/search",
+                                                   parameters={"type": "object", "properties": {"query": {"type": "string"}}})]),
+        grounding=GroundingSettings(tools=["web_search"], timeout=5),
+    )
+    document = export_team(pipeline, service_tools=[tool.build() for tool in pipeline.tools.http], studio=True)
+    assert ValidationService.validate(ComponentModel.model_validate(document)).is_valid
+    created = httpx.post(f"{studio_ui.base_url}/api/teams/", json={"user_id": "duet-tests", "component": document}, timeout=30)
+    assert created.status_code == 200 and created.json()["status"], created.text
+    stored = httpx.get(f"{studio_ui.base_url}/api/teams/{created.json()['data']['id']}", params={"user_id": "duet-tests"}, timeout=30).json()
+    grounder = stored["data"]["component"]["config"]["participants"][0]
+    assert grounder["provider"] == "duet.agents.GroundingAgent" and grounder["config"]["tools"] == ["web_search"]
+    assert grounder["config"]["timeout"] == 5 and grounder["config"]["workbench"]["config"]["tools"][0]["config"]["name"] == "web_search"
