@@ -32,7 +32,8 @@ from .conversation import new_call_id, without_images
 from .model_client import add_usage, streaming_create_args
 from .events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .messages import answer_reply, client_handoff, read_task
-from .run_context import AnswerOptions, DuetRun
+from .observe import observe_client_tool_calls, observe_tool_call, observer_of
+from .run_context import AnswerOptions, DuetRun, current_run
 from .thinking import ReasoningSplitter
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,9 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             splitter = ReasoningSplitter()
             text_parts: list[str] = []
             result: CreateResult | None = None
-            async for piece in self._model_client.create_stream(
+            async for piece in self._model_stream(
+                "answer",
+                run,
                 history,
                 tools=round_tools,
                 tool_choice=round_choice,
@@ -199,6 +202,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             turn += [AssistantMessage(content=calls, thought=answer or None, source=self.name),
                      FunctionExecutionResultMessage(content=results)]
             if client_calls:
+                observe_client_tool_calls(run, [self._client_tool(workbench, call.name).client_name for call in client_calls])
                 yield ToolCallsRequested(
                     calls=[
                         ToolCall(id=call.id, name=self._client_tool(workbench, call.name).client_name, arguments=call.arguments)  # type: ignore[union-attr]
@@ -231,7 +235,9 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         long round is not a silent one. Results land in ``results`` in call order."""
         for call in calls:
             yield ReasoningDelta(text=f"\n[calling {call.name} {call.arguments}]\n", source=self.name)
-        outcomes = await asyncio.gather(*(self._call_tool(workbench, call, cancellation_token) for call in calls))
+        observer = observer_of(current_run())
+        outcomes = await asyncio.gather(
+            *(observe_tool_call(observer, call.name, self._call_tool(workbench, call, cancellation_token)) for call in calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             results.append(outcome)
             status = "failed" if outcome.is_error else "returned"
