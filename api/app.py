@@ -27,6 +27,7 @@ from .auth import BearerAuth
 from .errors import install_error_handlers, install_secret_masking
 from .health import Readiness
 from .limits import RequestGate
+from .observability import Observability, ObservedRequests, add_metrics_route
 from .routes import add_routes
 from .serving import ChatCompletionsService
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
@@ -132,5 +133,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                            allow_headers=["authorization", "content-type"], max_age=600)
 
     add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines)
+    if options.metrics:
+        add_metrics_route(app, auth, options.metrics_open)
+    app.add_middleware(ObservedRequests, hub=Observability(options.metrics))  # request ids, metrics, spans, the log line
     app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing
     return app

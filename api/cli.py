@@ -29,14 +29,14 @@ SERVE_FLAGS = ("config", "team", "model_name", "reasoning_output", "host", "port
 """The flags of ``duet serve``, each the name of an :class:`~duet.api.settings.EnvSettings` field."""
 
 
-def start_process(log_level: str) -> None:
+def start_process(log_level: str, log_format: str = "text", worker: bool = False) -> None:
     """What a process that serves Duet sets before it builds the app (``duet serve`` and each of its workers)."""
+    from .observability import configure_logging, configure_tracing
     from .process import configure_process
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Duet's own loggers only: AutoGen's INFO logs describe every runtime message.
-    logging.getLogger("duet").setLevel(log_level.upper())
+    configure_logging(log_level, log_format, worker)  # type: ignore[arg-type]
     configure_process()
+    configure_tracing()  # raises for OTEL_* settings it cannot honour
 
 
 def one_line(exc: Exception) -> str:
@@ -62,7 +62,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     try:
         env = EnvSettings(**given_flags(args, *SERVE_FLAGS))  # reads the YAML file's service-wide options too
-        start_process(env.log_level)
+        start_process(env.log_level, env.log_format)
         config = ServiceConfig.from_env(env)
         app = create_app(config)  # builds every pipeline: fails before binding the port (once, for every worker)
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit

@@ -19,6 +19,7 @@ from .chunks import ChunkEncoder, ChunkWriter
 from .completion import CompletionFold
 from .errors import APIError, as_api_error
 from .limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
+from .observability import current_observation
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, Model, ModelList, NamedFunction, NamedToolChoice, ResponseFormat
 from .rendering import Renderer
 from .settings import ServiceOptions
@@ -154,6 +155,9 @@ class ChatCompletionsService:
                     param="model",
                     code="model_not_found",
                 )
+            observation = current_observation()  # the run reports to it; the request's log line names the pipeline
+            if observation is not None:
+                observation.pipeline, observation.stream = duet.name, chat.stream
             conversation = conversation_from_openai(chat.messages)
             tools = client_tools_of(chat, body)
             options = answer_options(chat, tools, duet.service_tool_names)
@@ -169,7 +173,7 @@ class ChatCompletionsService:
             try:
                 # The duet starts now, while the response is still being returned.
                 run = duet.start(conversation, tools=tools, options=options, request_id=completion_id, user=chat.user,
-                                 cancellation_token=token)
+                                 cancellation_token=token, observer=observation)
             except BaseException:
                 disconnected.cancel()
                 raise

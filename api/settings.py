@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 from urllib.parse import urlsplit
 
 import yaml
@@ -87,6 +87,10 @@ class ServiceOptions(BaseModel):
     docs: bool = Field(False, description="Serve /docs, /redoc and /openapi.json.")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Comma-separated origins allowed to call from a browser; empty: no CORS headers at all.")
     ready_probe_upstreams: bool = Field(False, description="/health/ready also asks each distinct upstream's /models (cached a few seconds).")
+    # Operations
+    metrics: bool = Field(True, description="Serve GET /metrics (Prometheus text format, every worker's counts together).")
+    metrics_open: bool = Field(False, description="/metrics needs no API key (for a scraper that cannot send one); otherwise it takes a valid key, or on an open endpoint a client on this machine.")
+    log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object per line (json).")
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import pytest
 import yaml
@@ -192,6 +192,10 @@ def other_values(name: str) -> tuple[Any, Any]:
         return default + 1, default + 2
     if isinstance(default, list):
         return ["https://yaml.example"], ["https://variable.example", "https://other.example"]
+    annotation = ServiceOptions.model_fields[name].annotation
+    if get_origin(annotation) is Literal:  # one of a few words: another, then the default back
+        others = [choice for choice in get_args(annotation) if choice != default]
+        return others[0], others[1] if len(others) > 1 else default
     return "memory://", "sqlite:///variable.db"
 
 
