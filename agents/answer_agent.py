@@ -202,7 +202,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             turn += [AssistantMessage(content=calls, thought=answer or None, source=self.name),
                      FunctionExecutionResultMessage(content=results)]
             if client_calls:
-                observe_client_tool_calls(run, [self._client_tool(workbench, call.name).client_name for call in client_calls])
+                observe_client_tool_calls(run, (self._client_tool(workbench, call.name).client_name for call in client_calls))
                 yield ToolCallsRequested(
                     calls=[
                         ToolCall(id=call.id, name=self._client_tool(workbench, call.name).client_name, arguments=call.arguments)  # type: ignore[union-attr]

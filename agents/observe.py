@@ -15,7 +15,7 @@ True
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Literal, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Iterable, Literal, Mapping, Protocol, TypeVar
 
 from autogen_core.models import CreateResult
 
@@ -61,7 +61,7 @@ class RunObserver(Protocol):
     def tool_call(self, tool: str) -> ToolCallObserver | None:
         """A service-tool call starts (``tool``: its name as the model called it)."""
 
-    def client_tool_calls(self, tools: Sequence[str]) -> None:
+    def client_tool_calls(self, tools: Iterable[str]) -> None:
         """The answer model called these client tools (the client's names): handed to the client."""
 
     def store_call(self, operation: str, outcome: StoreOutcome, seconds: float) -> None:
@@ -134,7 +134,8 @@ async def _observed_tool_call(watched: ToolCallObserver, call: Awaitable[_T]) ->
     return result
 
 
-def observe_client_tool_calls(run: "DuetRun | None", tools: Sequence[str]) -> None:
+def observe_client_tool_calls(run: "DuetRun | None", tools: Iterable[str]) -> None:
+    """``tools`` (read only when an observer watches) were handed to the client."""
     observer = observer_of(run)
     if observer is not None:
         observer.client_tool_calls(tools)

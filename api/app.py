@@ -27,12 +27,14 @@ from .auth import BearerAuth
 from .errors import install_error_handlers, install_secret_masking
 from .health import Readiness
 from .limits import RequestGate
-from .observability import Observability, ObservedRequests, add_metrics_route
+from .observability import Observability, ObservedRequests, add_metrics_route, flush_traces
 from .routes import add_routes
 from .serving import ChatCompletionsService
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
 logger = logging.getLogger("duet")
+
+TRACE_FLUSH_SECONDS = 2.0  # the spans of the last requests, sent as the app stops (a collector that is down costs this much)
 
 
 class _WithoutTrailingSlash:
@@ -121,6 +123,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             await asyncio.gather(*(duet.close() for duet in pipelines.values()), return_exceptions=True)
             await stop_shared_servers()
             await continuations.close()
+            await asyncio.to_thread(flush_traces, TRACE_FLUSH_SECONDS)
 
     # The API's schema and its pages describe the whole surface: served only when asked for.
     docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -449,3 +450,57 @@ def test_two_workers_metrics_are_added_up_and_lines_name_the_worker(upstream: Sc
     finally:
         server.stop()
     assert list(temp.iterdir()) == []  # and removed by it
+
+
+# -- off the happy path ------------------------------------------------------------------------------
+
+
+def test_a_client_that_hangs_up_mid_stream_is_counted_once_and_leaves_nothing_in_flight(
+        watched: DuetServer, upstream: ScriptedUpstream) -> None:
+    before = scrape(watched)
+    upstream.script(ANSWER, Reply(content=["word "] * 200, delay_between=0.02))
+    with httpx.Client(base_url=watched.base_url, headers={**watched.key_header, "X-Request-ID": "leaver-1"}, timeout=30) as http:
+        with http.stream("POST", "/v1/chat/completions", json={"model": "duet", "stream": True, "messages": USER}) as response:
+            for chunk in response.iter_bytes():
+                if b"word" in chunk:
+                    break  # hang up mid-answer
+    entry = request_line(watched, "leaver-1")
+    assert entry["status"] == 200 and entry["answer"]["calls"] == 1 and "errors" not in entry["answer"]
+    after = scrape(watched)
+    assert after.value("duet_requests_in_flight") == 0
+    assert after.value("duet_upstream_errors_total") == before.value("duet_upstream_errors_total")  # a cancel is no upstream error
+    assert after.value("duet_upstream_duration_seconds_count", stage="answer") == before.value(
+        "duet_upstream_duration_seconds_count", stage="answer") + 1
+
+
+def test_traces_whose_collector_is_down_cost_the_requests_nothing(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    closed = OTLPReceiver()
+    url = closed.url
+    closed.close()  # nothing listens there any more
+    server = start(upstream, tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "50",
+                                        "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
+    try:
+        for _ in range(3):
+            response = httpx.post(f"{server.base_url}/v1/chat/completions", json={"model": "duet", "messages": USER},
+                                  headers=server.key_header, timeout=10)
+            assert response.status_code == 200
+        time.sleep(0.5)  # exports have failed meanwhile
+    finally:
+        started = time.monotonic()
+        server.stop()
+    # uvicorn ends by raising the SIGTERM again once it has shut down; what matters is that it did, in time.
+    assert server.process.returncode in (0, -signal.SIGTERM) and time.monotonic() - started < 10
+
+
+def test_spans_still_waiting_are_sent_when_the_server_stops(upstream: ScriptedUpstream, otlp: OTLPReceiver, tmp_path: Path) -> None:
+    server = start(upstream, tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_BSP_SCHEDULE_DELAY": "600000"})
+    trace_id = "0af7651916cd43dd8440eb0000000003"
+    try:
+        response = httpx.post(f"{server.base_url}/v1/chat/completions", json={"model": "duet", "messages": USER},
+                              headers={**server.key_header, "traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}, timeout=10)
+        assert response.status_code == 200
+        time.sleep(0.3)
+        assert not [span for span in otlp.spans if span.trace_id.hex() == trace_id]  # batched, not sent yet
+    finally:
+        server.stop()
+    assert {f"chat {REASONER}", f"chat {ANSWER}"} <= otlp.trace(trace_id, timeout=2).keys()

@@ -10,14 +10,14 @@ Public API:
   :func:`current_observation` — the one of the calling request (the run's observer);
 - :func:`add_metrics_route` — ``GET /metrics``; :class:`SharedMetrics` — the workers' shared directory;
 - :func:`configure_logging` — text or JSON lines naming the request (and the worker);
-- :func:`configure_tracing` — traces as the ``OTEL_*`` variables say.
+- :func:`configure_tracing` — traces as the ``OTEL_*`` variables say; :func:`flush_traces` — sends what waits.
 """
 
 from .http import ObservedRequests, add_metrics_route
 from .logs import configure_logging
 from .metrics import SharedMetrics
 from .requests import Observability, RequestObservation, current_observation
-from .tracing import configure_tracing
+from .tracing import configure_tracing, flush_traces
 
 __all__ = [
     "Observability",
@@ -28,4 +28,5 @@ __all__ = [
     "configure_logging",
     "configure_tracing",
     "current_observation",
+    "flush_traces",
 ]

@@ -18,6 +18,8 @@ import uuid
 from contextvars import ContextVar
 from typing import Any, Literal
 
+from duet.agents import mask_secrets
+
 LogFormat = Literal["text", "json"]
 
 MAX_REQUEST_ID = 128
@@ -50,6 +52,12 @@ def reset_request_id(token: Any) -> None:
 
 _context_installed = False
 _worker: int | None = None
+_json_lines = False
+
+
+def json_lines() -> bool:
+    """Whether the process logs JSON lines (:func:`configure_logging`)."""
+    return _json_lines
 
 
 def _install_record_context() -> None:
@@ -106,11 +114,11 @@ class JsonFormatter(logging.Formatter):
             entry["worker"] = worker
         fields = getattr(record, "request_fields", None)
         if fields:
-            entry["message"] = "request"
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = record.exc_text or self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        # A request's fields are not in the message the record factory masked: the whole line is masked here.
+        return mask_secrets(json.dumps(entry, ensure_ascii=False, default=str))
 
 
 def formatter_for(log_format: LogFormat) -> logging.Formatter:
@@ -121,8 +129,9 @@ def configure_logging(log_level: str, log_format: LogFormat = "text", worker: bo
     """The process's logging: one handler on stderr in ``log_format``; Duet's loggers at
     ``log_level`` (AutoGen's stay at WARNING: its INFO lines describe every runtime message);
     ``worker``: every line names this process (one of several workers)."""
-    global _worker
+    global _worker, _json_lines
     _worker = os.getpid() if worker else None
+    _json_lines = log_format == "json"
     _install_record_context()
     root = logging.getLogger()
     if not root.handlers:

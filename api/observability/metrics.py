@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import threading
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
@@ -99,6 +100,15 @@ class Metrics:
                                         buckets=STORE_SECONDS, registry=registry)
         self.client_tools = BoundedLabels()
         self.service_tools = BoundedLabels()
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once per label set (prometheus-client checks and locks on each call)."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
 
 _metrics: Metrics | None = None

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from contextvars import ContextVar
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 import openai
 from autogen_core.models import CreateResult
@@ -23,7 +23,7 @@ from duet.agents import (
 )
 from duet.agents.observe import Stage, StoreOutcome
 
-from .logs import logfmt
+from .logs import json_lines, logfmt
 from .metrics import Metrics, process_metrics
 from .tracing import process_tracer, propagation_headers, start_child_span, start_request_span
 
@@ -123,18 +123,18 @@ class RequestObservation:
     def tool_call(self, tool: str) -> "_ToolCall":
         return _ToolCall(self, tool)
 
-    def client_tool_calls(self, tools: Sequence[str]) -> None:
+    def client_tool_calls(self, tools: Iterable[str]) -> None:
         metrics = self.hub.metrics
         for tool in tools:
             if metrics is not None:
-                metrics.tool_calls.labels("client", metrics.client_tools(tool), "requested").inc()
+                metrics.child(metrics.tool_calls, "client", metrics.client_tools(tool), "requested").inc()
             self._log_call({"tool": tool[:64], "kind": "client", "outcome": "requested"})
 
     def store_call(self, operation: str, outcome: StoreOutcome, seconds: float) -> None:
         metrics = self.hub.metrics
         if metrics is not None:
-            metrics.store_operations.labels(operation, outcome).inc()
-            metrics.store_duration.labels(operation).observe(seconds)
+            metrics.child(metrics.store_operations, operation, outcome).inc()
+            metrics.child(metrics.store_duration, operation).observe(seconds)
         if self.span is not None and self.hub.tracer is not None:
             span = start_child_span(self.hub.tracer, self.span, f"duet.store {operation}", {"duet.store.outcome": outcome},
                                     time.time_ns() - int(seconds * 1e9))
@@ -178,12 +178,12 @@ class RequestObservation:
         if metrics is not None:
             metrics.in_flight.dec()
             labels = (self.pipeline, self.protocol)
-            metrics.requests.labels(*labels, str(status)).inc()
-            metrics.duration.labels(*labels).observe(duration)
+            metrics.child(metrics.requests, *labels, str(status)).inc()
+            metrics.child(metrics.duration, *labels).observe(duration)
             if self.first_token is not None:
-                metrics.first_token.labels(*labels).observe(self.first_token)
+                metrics.child(metrics.first_token, *labels).observe(self.first_token)
             if overhead is not None:
-                metrics.overhead.labels(*labels).observe(max(overhead, 0.0))
+                metrics.child(metrics.overhead, *labels).observe(max(overhead, 0.0))
         if self.span is not None:
             self.span.set_attribute("http.response.status_code", status)
             if self.pipeline:
@@ -193,8 +193,13 @@ class RequestObservation:
             self.span.end()
         log = hub.log
         if log.isEnabledFor(logging.INFO):
-            fields: dict[str, Any] = {"status": status, "pipeline": self.pipeline or None, "protocol": self.protocol,
-                                      "stream": self.stream, "duration_ms": _ms(duration)}
+            fields: dict[str, Any] = {"status": status}
+            if self.pipeline:
+                fields["pipeline"] = self.pipeline
+            fields["protocol"] = self.protocol
+            if self.stream is not None:
+                fields["stream"] = self.stream
+            fields["duration_ms"] = _ms(duration)
             if self.first_token is not None:
                 fields["ttft_ms"] = _ms(self.first_token)
             if overhead is not None:
@@ -205,20 +210,10 @@ class RequestObservation:
                 fields["calls"] = self.calls
             if self.more_calls:
                 fields["more_calls"] = self.more_calls
-            log.info("%s %s %s", self.method, self.path, _Logfmt(fields), extra={"request_fields": {
-                "method": self.method, "path": self.path, **{k: v for k, v in fields.items() if v is not None}}})
-
-
-class _Logfmt:
-    """Rendered only when a handler formats the record."""
-
-    __slots__ = ("fields",)
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self.fields = fields
-
-    def __str__(self) -> str:
-        return logfmt(self.fields)
+            if json_lines():  # the formatter writes the fields (and masks the line)
+                log.info("request", extra={"request_fields": {"method": self.method, "path": self.path, **fields}})
+            else:
+                log.info("%s %s %s", self.method, self.path, logfmt(fields))
 
 
 class _ModelCall:
@@ -268,14 +263,14 @@ class _ModelCall:
         metrics = request.hub.metrics
         if metrics is not None:
             labels = (request.pipeline, self.stage)
-            metrics.upstream_duration.labels(*labels).observe(seconds)
+            metrics.child(metrics.upstream_duration, *labels).observe(seconds)
             if first_token is not None:
-                metrics.upstream_first_token.labels(*labels).observe(first_token)
+                metrics.child(metrics.upstream_first_token, *labels).observe(first_token)
             if usage is not None:
-                metrics.tokens.labels(*labels, "input").inc(usage.prompt_tokens)
-                metrics.tokens.labels(*labels, "output").inc(usage.completion_tokens)
+                metrics.child(metrics.tokens, *labels, "input").inc(usage.prompt_tokens)
+                metrics.child(metrics.tokens, *labels, "output").inc(usage.completion_tokens)
             if code is not None:
-                metrics.upstream_errors.labels(*labels, code).inc()
+                metrics.child(metrics.upstream_errors, *labels, code).inc()
         span = self.span
         if span is not None:
             if result is not None:
@@ -314,8 +309,8 @@ class _ToolCall:
         metrics = request.hub.metrics
         if metrics is not None:
             tool = metrics.service_tools(self.tool)
-            metrics.tool_calls.labels("service", tool, outcome).inc()
-            metrics.tool_duration.labels(tool).observe(seconds)
+            metrics.child(metrics.tool_calls, "service", tool, outcome).inc()
+            metrics.child(metrics.tool_duration, tool).observe(seconds)
         if self.span is not None:
             if outcome != "ok":
                 self.span.set_attribute("error.type", outcome)

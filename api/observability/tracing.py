@@ -44,6 +44,7 @@ def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 _tracer: Tracer | None = None
+_provider: Any = None  # the SDK's TracerProvider, once traces are on
 
 
 def configure_tracing(environ: Mapping[str, str] = os.environ) -> bool:
@@ -51,7 +52,7 @@ def configure_tracing(environ: Mapping[str, str] = os.environ) -> bool:
     not the global one: what else in the process traces through the global provider (FastAPI's
     native telemetry, AutoGen's runtime) stays as the process configures it, and no request gets
     two server spans. Returns whether traces are on."""
-    global _tracer
+    global _tracer, _provider
     if _tracer is not None or not tracing_wanted(environ):
         return _tracer is not None
     from opentelemetry.sdk.resources import Resource
@@ -72,8 +73,15 @@ def configure_tracing(environ: Mapping[str, str] = os.environ) -> bool:
         else:
             continue
         provider.add_span_processor(BatchSpanProcessor(exporter))
-    _tracer = provider.get_tracer("duet")
+    _tracer, _provider = provider.get_tracer("duet"), provider
     return True
+
+
+def flush_traces(timeout: float) -> None:
+    """Exports the spans still batched, for at most ``timeout`` seconds (the server calls it as it
+    stops: a process ended by its signal runs no exit handlers)."""
+    if _provider is not None:
+        _provider.force_flush(int(timeout * 1000))
 
 
 def process_tracer() -> Tracer | None:
