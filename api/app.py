@@ -29,7 +29,7 @@ from .health import Readiness
 from .limits import RequestGate
 from .observability import Observability, ObservedRequests, add_metrics_route, flush_traces
 from .routes import add_routes
-from .serving import ChatCompletionsService
+from .serving import Service
 from .settings import ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
 logger = logging.getLogger("duet")
@@ -114,7 +114,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         try:
             for duet in pipelines.values():
                 await duet.open()  # MCP servers start here; one that cannot start stops the service
-            app.state.service = ChatCompletionsService(pipelines, options, gate)
+            app.state.service = Service(pipelines, options, gate)
             if not auth.enabled:
                 logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
             logger.info("serving %s", ", ".join(pipelines))

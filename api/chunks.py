@@ -115,7 +115,7 @@ class ChunkWriter:
     def function_call(self, call: ToolCall) -> None:
         self._out += (self.encoder.function_call_head(call.name), self.encoder.function_call_arguments(call.arguments))
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
         self._out.append(self.encoder.finish(reason))
         if self._include_usage:
             self._out.append(self.encoder.usage(prompt_tokens, completion_tokens))

@@ -54,7 +54,7 @@ class CompletionFold:
     def function_call(self, call: ToolCall) -> None:
         self._function_call = CalledFunction(name=call.name, arguments=call.arguments)
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
         calls = bool(self._tool_calls or self._function_call)
         message = ChatCompletionMessage(
             content="".join(self._content) or (None if calls else ""),  # a message of only calls has null content

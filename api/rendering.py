@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from duet.agents import (
+    REASONER_NAME,
     ContentDelta,
     DuetEvent,
     Failed,
@@ -53,8 +54,9 @@ class ResponseWriter(Protocol):
     def function_call(self, call: ToolCall) -> None:
         """The one call a legacy ``functions`` client gets."""
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int) -> None:
-        """The response is complete; the token counts are the whole run's."""
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+        """The response is complete; the token counts are the whole run's (``reasoning_tokens``: the
+        reasoning model's output tokens, part of ``completion_tokens``)."""
 
     def error(self, error: APIError) -> None:
         """The run failed after the response began."""
@@ -71,6 +73,7 @@ class Renderer:
 
     __slots__ = (
         "_writer", "_content", "_reasoning", "_legacy", "_paragraphs", "_think_open", "_calls", "_prompt_tokens", "_completion_tokens",
+        "_reasoning_tokens",
     )
 
     def __init__(self, writer: ResponseWriter, reasoning_output: ReasoningOutput, legacy: bool) -> None:
@@ -84,6 +87,7 @@ class Renderer:
         self._calls = 0
         self._prompt_tokens = 0
         self._completion_tokens = 0
+        self._reasoning_tokens = 0
 
     def start(self) -> None:
         self._writer.start()
@@ -102,6 +106,8 @@ class Renderer:
             case Usage():
                 self._prompt_tokens += event.prompt_tokens
                 self._completion_tokens += event.completion_tokens
+                if event.source == REASONER_NAME:
+                    self._reasoning_tokens += event.completion_tokens
             case ToolCallsRequested():
                 if self._think_open:
                     self._close_think()
@@ -112,7 +118,7 @@ class Renderer:
                 reason: WireFinishReason = event.finish_reason
                 if self._legacy and reason == "tool_calls":
                     reason = "function_call"
-                self._writer.finish(reason, self._prompt_tokens, self._completion_tokens)
+                self._writer.finish(reason, self._prompt_tokens, self._completion_tokens, self._reasoning_tokens)
             case Failed():
                 if self._think_open:
                     self._close_think()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,26 +15,37 @@ from .auth import BearerAuth
 from .errors import as_api_error
 from .health import Readiness
 from .limits import RequestGate
+from .chat import ChatCompletions
 from .protocol import ModelList
-from .serving import ChatCompletionsService
+from .serving import Service, WireProtocol
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awaitable[None]]) -> Endpoint:
+    """The POST endpoint of ``protocol`` on the shared flow (``app.state.service``). A plain
+    Starlette endpoint: the hottest routes skip FastAPI's dependency resolution."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            await auth(request)
+            return await request.app.state.service.create(request, protocol)  # type: ignore[no-any-return]
+        except Exception as exc:  # every failure is the protocol's error body (Starlette would log a traceback)
+            return protocol.error_response(as_api_error(exc))
+
+    return endpoint
 
 
 def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: RequestGate, pipelines: Mapping[str, Duet]) -> None:
-    """Chat completions and the model list (under ``/v1`` and without it), ``/health`` and
-    ``/health/ready``. The service itself is ``app.state.service``, set by the app's lifespan."""
+    """Chat completions and the model list (under ``/v1`` and without it), ``/health``
+    and ``/health/ready``. The service itself is ``app.state.service``, set by the app's lifespan."""
 
-    async def chat_completions(request: Request) -> Response:
-        # A plain Starlette endpoint: the hottest route skips FastAPI's dependency resolution.
-        try:
-            await auth(request)
-            return await request.app.state.service.create(request)  # type: ignore[no-any-return]
-        except Exception as exc:  # every failure is an OpenAI error body (Starlette would log a traceback)
-            return as_api_error(exc).response()
+    chat_completions = protocol_endpoint(ChatCompletions(), auth)
 
-    async def service(request: Request) -> ChatCompletionsService:
+    async def service(request: Request) -> Service:
         return request.app.state.service  # type: ignore[no-any-return]
 
-    async def models(svc: ChatCompletionsService = Depends(service)) -> ModelList:
+    async def models(svc: Service = Depends(service)) -> ModelList:
         return svc.model_list()
 
     async def health() -> dict[str, Any]:
@@ -44,7 +55,7 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
     async def ready(request: Request) -> JSONResponse:
         """Readiness: 503 while this replica should get no traffic. Which check failed, and the
         service's counters, only for a valid key (an open endpoint: only for clients on this machine)."""
-        svc: ChatCompletionsService | None = getattr(request.app.state, "service", None)
+        svc: Service | None = getattr(request.app.state, "service", None)
         is_ready, checks = await readiness.check("shutting down" if gate.draining else "ok" if svc is not None else "starting")
         body: dict[str, Any] = {"status": "ready" if is_ready else "not_ready"}
         if auth.may_see_details(request):

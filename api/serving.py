@@ -1,59 +1,138 @@
-"""``/v1/chat/completions``: an OpenAI request in, the duet's events out as chunks or one completion."""
+"""The request flow every protocol shares: a request in, the duet's events out as a stream or one body.
+
+One flow, whatever the protocol: refusals that cost nothing (full, shutting down, not JSON, too
+large) → the bounded body read → the protocol's reader (validation: a 400 naming the param, before
+any model call) → the pipeline (404) → the run, with a disconnect watcher and a cancellation token →
+the protocol's stream writer (over :class:`~duet.api.sse.EventStreamResponse`) or its collected body.
+Gate, limits, disconnects, the shutdown drain and the write timeout live here and in
+:mod:`duet.api.sse`, once.
+
+A protocol is a :class:`WireProtocol`: a reader (body → :class:`RunRequest`), two writers over the
+:class:`~duet.api.rendering.Renderer`'s parts (the stream's bytes, the collected body) and its error
+shapes (an :class:`~duet.api.errors.APIError` as an HTTP response before the stream, as one event after
+it starts; its keep-alive bytes). Chat Completions is :mod:`duet.api.chat`; the Responses API
+:mod:`duet.api.responses`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from typing import Any, AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Generic, Iterable, Mapping, Protocol, TypeVar
 
 from autogen_core import CancellationToken
+from autogen_core.models import LLMMessage
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, conversation_from_openai
-from duet.workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed
+from duet.workbenches import ProxyTool
 
-from .chunks import ChunkEncoder, ChunkWriter
-from .completion import CompletionFold
+from .chunks import PING
 from .errors import APIError, as_api_error
 from .limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
 from .observability import current_observation
-from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, Model, ModelList, NamedFunction, NamedToolChoice, ResponseFormat
-from .rendering import Renderer
+from .protocol import Model, ModelList
+from .rendering import Renderer, ResponseWriter
 from .settings import ServiceOptions
 from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, wait_for_disconnect
-from .validation import LARGE_BODY_BYTES, load_body
+from .validation import LARGE_BODY_BYTES
 
 
-async def parse_request(raw: bytes, options: ServiceOptions) -> tuple[ChatCompletionRequest, dict[str, Any]]:
-    """The validated request, and the body as parsed (tool schemas are passed on from it, untouched).
-    Everything that can be refused without a model is refused here, with a 400 naming the param."""
-    if len(raw) > LARGE_BODY_BYTES:  # parsed in a worker thread: the event loop goes on serving others
-        return await asyncio.to_thread(_parse_request, raw, options)
-    return _parse_request(raw, options)
+@dataclass(slots=True, eq=False)
+class RunRequest:
+    """A request as the flow runs it, whatever protocol it came in: which pipeline, streamed or
+    not, the conversation, the client's tools and the answer model's options. ``wire`` is the
+    protocol's own parsed request, for its writers."""
+
+    model: str
+    stream: bool
+    conversation: list[LLMMessage]
+    tools: list[ProxyTool]
+    options: AnswerOptions
+    user: str | None = None
+    legacy: bool = False  # a Chat Completions ``functions`` client: one ``function_call``, finish reason ``function_call``
+    wire: Any = None
+    state: dict[str, Any] = field(default_factory=dict)  # what the protocol keeps between reading and writing
 
 
-def _parse_request(raw: bytes, options: ServiceOptions) -> tuple[ChatCompletionRequest, dict[str, Any]]:
-    body = load_body(raw)
-    # Counted before the models are built: a body of 200,000 messages is refused, not converted.
-    for name, limit in (("messages", options.max_messages), ("tools", options.max_tools), ("functions", options.max_tools)):
+class StreamWriter(ResponseWriter, Protocol):
+    """A protocol's streamed response: the parts as framed bytes, handed over by :meth:`take`."""
+
+    def take(self) -> bytes:
+        """What was written since the last call (``b""`` if nothing)."""
+
+
+class CollectedWriter(ResponseWriter, Protocol):
+    """A protocol's collected response: :meth:`result` is the body the parts make, or the error that ended the run."""
+
+    def result(self) -> BaseModel | APIError: ...
+
+
+class Parsed(Protocol):
+    """What a protocol's reader makes of a body: at least the pipeline it asks for."""
+
+    @property
+    def model(self) -> str: ...
+
+
+P = TypeVar("P", bound=Parsed)
+
+
+class WireProtocol(Generic[P]):
+    """One API protocol on the shared flow. Subclasses implement :meth:`parse`, :meth:`prepare`,
+    :meth:`stream_writer` and :meth:`fold`; the error shapes default to OpenAI's."""
+
+    id_prefix: str  # of the ids of its responses ("chatcmpl-", "resp_")
+    keep_alive = PING
+    """Bytes written to a stream that was quiet for ``ping_interval``."""
+
+    def parse(self, raw: bytes, options: ServiceOptions) -> P:
+        """The body, validated: everything that can be refused without a model is refused here (400)."""
+        raise NotImplementedError
+
+    async def prepare(self, parsed: P, duet: Duet) -> RunRequest:
+        """The run the parsed request asks of ``duet`` (400s that need the pipeline's tools: here)."""
+        raise NotImplementedError
+
+    def stream_writer(self, request: RunRequest, response_id: str) -> StreamWriter:
+        raise NotImplementedError
+
+    def fold(self, request: RunRequest, response_id: str) -> CollectedWriter:
+        raise NotImplementedError
+
+    async def completed(self, request: RunRequest, writer: ResponseWriter) -> None:
+        """Called once the run's last event is rendered, before the stream's last bytes or the
+        collected body are written (the Responses API stores the response here). Bounded by the caller's store timeout."""
+
+    def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        """An error before the stream began (or instead of a body): the HTTP status and this protocol's body."""
+        return error.response(headers=headers)
+
+
+def count_items(body: dict[str, Any], limits: Iterable[tuple[str, int]]) -> None:
+    """400 when a list in the body is longer than its limit: counted before any model is built
+    (a body of 200,000 messages is refused, not converted)."""
+    for name, limit in limits:
         items = body.get(name)
         if isinstance(items, list) and len(items) > limit:
             raise APIError(400, f"{name}: at most {limit} are allowed, got {len(items)}", param=name, code="too_many_items")
-    try:
-        return ChatCompletionRequest.model_validate(body), body
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        param = _param_of(errors[0], body)
-        # A union (``stop``: a string or a list) reports one error per alternative: say them all.
-        reasons = list(dict.fromkeys(e["msg"] for e in errors if _param_of(e, body) == param))
-        message = " or ".join(reasons)
-        raise APIError(400, f"{param}: {message}" if param else message, param=param, code="invalid_request") from None
 
 
-def _param_of(error: Any, body: Any) -> str | None:
+def invalid_request(exc: ValidationError, body: Any) -> APIError:
+    """A request model's validation error as a 400 naming the first param at fault."""
+    errors = exc.errors(include_url=False, include_input=False)
+    param = param_of(errors[0], body)
+    # A union (``stop``: a string or a list) reports one error per alternative: say them all.
+    reasons = list(dict.fromkeys(e["msg"] for e in errors if param_of(e, body) == param))
+    message = " or ".join(reasons)
+    return APIError(400, f"{param}: {message}" if param else message, param=param, code="invalid_request")
+
+
+def param_of(error: Any, body: Any) -> str | None:
     """The error's place in the body (``tools.0.function.name``), without the names pydantic adds
     for the alternatives of a union (``stop.list[str]``), which are not in the body."""
     parts: list[str] = []
@@ -70,51 +149,8 @@ def _param_of(error: Any, body: Any) -> str | None:
     return ".".join(parts)[:200] or None
 
 
-def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> list[ProxyTool]:
-    """Proxy tools from the raw ``tools`` (or ``functions``) of the body: validated by the request
-    model, but passed on as received (a pydantic dump would drop ``null`` values inside schemas)."""
-    raw = body.get("tools") if request.tools is not None else body.get("functions")
-    try:
-        return proxy_tools_from_openai(raw or [])
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="tools" if request.tools is not None else "functions") from None
-
-
-def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], service_tool_names: set[str]) -> AnswerOptions:
-    """The request's knobs for the answer model."""
-    create_args: dict[str, Any] = {}
-    for name in ANSWER_MODEL_FIELDS:
-        value = getattr(request, name)
-        if value is not None:
-            create_args[name] = value.as_sent() if isinstance(value, ResponseFormat) else value
-    has_tools = bool(tools or service_tool_names)
-    if has_tools and request.parallel_tool_calls is not None:
-        create_args["parallel_tool_calls"] = request.parallel_tool_calls
-    if has_tools and request.legacy_functions:
-        create_args["parallel_tool_calls"] = False
-
-    # Legacy clients send functions and function_call; a client without tools may send either choice.
-    legacy = request.tools is None and (request.functions is not None or request.tool_choice is None)
-    if legacy and request.tool_choice not in (None, "auto"):  # it would be dropped: function_call decides here
-        raise APIError(400, "tool_choice applies to tools; with functions, use function_call", param="tool_choice")
-    choice = request.function_call if legacy else request.tool_choice
-    param = "function_call" if legacy else "tool_choice"
-    tool_choice = "auto"
-    if isinstance(choice, str):
-        if choice == "required" and not has_tools:
-            raise APIError(400, f"{param} is 'required', but the request has no tools", param=param)
-        tool_choice = choice
-    elif isinstance(choice, (NamedToolChoice, NamedFunction)):
-        name = choice.function.name if isinstance(choice, NamedToolChoice) else choice.name
-        alias = model_safe_name(name)
-        if alias not in {t.name for t in tools} | service_tool_names:
-            raise APIError(400, f"{param} names '{name[:100]}', which is not among the tools", param=param)
-        tool_choice = alias
-    return AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=request.legacy_functions)
-
-
-class ChatCompletionsService:
-    """Serves the pipelines by name. Knows HTTP; knows nothing of model clients."""
+class Service:
+    """Serves the pipelines by name, in every protocol. Knows HTTP; knows nothing of model clients."""
 
     def __init__(self, pipelines: Mapping[str, Duet], options: ServiceOptions | None = None, gate: RequestGate | None = None) -> None:
         self.pipelines = dict(pipelines)
@@ -127,12 +163,20 @@ class ChatCompletionsService:
     def model_list(self) -> ModelList:
         return ModelList(data=[Model(id=name, created=self.created) for name in self.pipelines])
 
-    async def create(self, request: Request) -> Response:
+    def pipeline(self, name: str) -> Duet:
+        """The pipeline served as ``name``; 404 naming those served otherwise."""
+        duet = self.pipelines.get(name)
+        if duet is None:
+            raise APIError(404, f"The model '{name}' does not exist; this server serves: {', '.join(self.pipelines)}",
+                           param="model", code="model_not_found")
+        return duet
+
+    async def create(self, request: Request, protocol: WireProtocol[Any]) -> Response:
         # Refusals that cost nothing come first: full, shutting down, not JSON, too large.
         gate = self.gate
         refusal = gate.refusal(self.in_flight + gate.starting)
         if refusal is not None:
-            return refusal.response(headers={"retry-after": RETRY_AFTER_SECONDS})
+            return protocol.error_response(refusal, headers={"retry-after": RETRY_AFTER_SECONDS})
         if not is_json(request.headers.get("content-type")):
             # Also what keeps a web page from posting here cross-site: browsers send JSON only after a CORS preflight.
             raise APIError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
@@ -140,27 +184,23 @@ class ChatCompletionsService:
         # Held against the gate's byte budget until parsed. A refusal here leaves the rest of the body
         # unread: the server skips it, for at most body_timeout (api/server.py).
         async with gate.body(request) as raw:
-            chat, body = await parse_request(raw, self.options)
+            if len(raw) > LARGE_BODY_BYTES:  # parsed in a worker thread: the event loop goes on serving others
+                parsed = await asyncio.to_thread(protocol.parse, raw, self.options)
+            else:
+                parsed = protocol.parse(raw, self.options)
         # Reading a body is not running a completion; from here on the request counts toward the cap.
         refusal = gate.refusal(self.in_flight + gate.starting)
         if refusal is not None:
-            return refusal.response(headers={"retry-after": RETRY_AFTER_SECONDS})
+            return protocol.error_response(refusal, headers={"retry-after": RETRY_AFTER_SECONDS})
         gate.starting += 1
         try:
-            duet = self.pipelines.get(chat.model)
-            if duet is None:
-                raise APIError(
-                    404,
-                    f"The model '{chat.model}' does not exist; this server serves: {', '.join(self.pipelines)}",
-                    param="model",
-                    code="model_not_found",
-                )
+            duet = self.pipeline(parsed.model)
             observation = current_observation()  # the run reports to it; the request's log line names the pipeline
             if observation is not None:
-                observation.pipeline, observation.stream = duet.name, chat.stream
-            conversation = conversation_from_openai(chat.messages)
-            tools = client_tools_of(chat, body)
-            options = answer_options(chat, tools, duet.service_tool_names)
+                observation.pipeline = duet.name
+            run_request = await protocol.prepare(parsed, duet)
+            if observation is not None:
+                observation.stream = run_request.stream
             # The disconnect watcher is live before the run exists, and cancels the run's token itself
             # (the model clients check it before each call): a client that leaves before a model call
             # starts never costs one. One turn of the loop lets it see a client that is gone already.
@@ -169,31 +209,33 @@ class ChatCompletionsService:
             await asyncio.sleep(0)
             if disconnected.done():
                 return Response(status_code=499)
-            completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+            response_id = f"{protocol.id_prefix}{uuid.uuid4().hex}"
             try:
                 # The duet starts now, while the response is still being returned.
-                run = duet.start(conversation, tools=tools, options=options, request_id=completion_id, user=chat.user,
-                                 cancellation_token=token, observer=observation)
+                run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
+                                 request_id=response_id, user=run_request.user, cancellation_token=token,
+                                 observer=observation)
             except BaseException:
                 disconnected.cancel()
                 raise
-            if chat.stream:
-                writer = ChunkWriter(ChunkEncoder(completion_id, int(time.time()), chat.model), chat.include_usage)
-                renderer = Renderer(writer, duet.reasoning_output, chat.legacy_functions)
-                source = _EventSource(self, run, renderer, writer, first_wait=self.ping_interval)
+            if run_request.stream:
+                writer = protocol.stream_writer(run_request, response_id)
+                renderer = Renderer(writer, duet.reasoning_output, run_request.legacy)
+                source = _EventSource(self, run, protocol, run_request, renderer, writer, first_wait=self.ping_interval)
                 return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
                                            disconnected=disconnected, stopped=gate.stopped)
-            source = _EventSource(self, run)
+            source = _EventSource(self, run, protocol, run_request)
         finally:
             gate.starting -= 1
-        return await self._collected(chat, duet, source, completion_id, disconnected, token)
+        return await self._collected(protocol, run_request, duet, source, response_id, disconnected, token)
 
     async def _collected(
         self,
-        chat: ChatCompletionRequest,
+        protocol: WireProtocol[Any],
+        run_request: RunRequest,
         duet: Duet,
         source: "_EventSource",
-        completion_id: str,
+        response_id: str,
         disconnected: asyncio.Future[None],
         token: CancellationToken,
     ) -> Response:
@@ -211,15 +253,18 @@ class ChatCompletionsService:
             finally:
                 await source.close()
         if collector.cancelled():
-            return Response(status_code=499) if client_left else shutting_down().response(headers={"connection": "close"})
-        fold = CompletionFold(completion_id, int(time.time()), chat.model)
-        renderer = Renderer(fold, duet.reasoning_output, chat.legacy_functions)
+            if client_left:
+                return Response(status_code=499)
+            return protocol.error_response(shutting_down(), headers={"connection": "close"})
+        fold = protocol.fold(run_request, response_id)
+        renderer = Renderer(fold, duet.reasoning_output, run_request.legacy)
         renderer.start()
         for event in collector.result():
             renderer.render(event)
+        await protocol.completed(run_request, fold)
         result = fold.result()
         if isinstance(result, APIError):
-            return result.response()
+            return protocol.error_response(result)
         return TimedWriteResponse(JSONResponse(result.model_dump(mode="json")), self.options.write_timeout)
 
 
@@ -230,18 +275,23 @@ class _EventSource:
 
     def __init__(
         self,
-        service: ChatCompletionsService,
+        service: Service,
         run: DuetStream,
+        protocol: WireProtocol[Any],
+        request: RunRequest,
         renderer: Renderer | None = None,
-        writer: ChunkWriter | None = None,
+        writer: StreamWriter | None = None,
         first_wait: float = 5.0,
     ) -> None:
         """``renderer`` (writing to ``writer``) and ``first_wait`` serve a streamed response; a collected one needs none."""
         self._service = service
         self._run = run
+        self._protocol = protocol
+        self._request = request
         self._renderer = renderer
         self._writer = writer
         self.first_wait = first_wait
+        self.keep_alive = protocol.keep_alive
         self._first: list[DuetEvent] = []
         self._closed = False
         service.in_flight += 1
@@ -252,8 +302,17 @@ class _EventSource:
         # committed after one ping interval: the client then sees keep-alives, not nothing.
         self._first = await self._run.next_batch(timeout=self.first_wait)
         if self._first and isinstance(self._first[0], Failed):
-            return as_api_error(self._first[0].error).response()
+            return self._protocol.error_response(as_api_error(self._first[0].error))
         return None
+
+    def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        return self._protocol.error_response(error, headers=headers)
+
+    def error_event(self, error: APIError) -> bytes:
+        """The stream's end with one error event (the server stops): what the writer still held, then the event."""
+        assert self._writer is not None
+        self._writer.error(error)
+        return self._writer.take()
 
     async def collect(self) -> list[DuetEvent]:
         return [event async for event in self._run]
@@ -264,10 +323,14 @@ class _EventSource:
         self._renderer.start()
         for event in self._first:
             render(event)
+        if self._run.ended:
+            await self._protocol.completed(self._request, self._writer)
         yield take()
         while not self._run.ended:
             for event in await self._run.next_batch():
                 render(event)
+            if self._run.ended:
+                await self._protocol.completed(self._request, self._writer)
             yield take()
 
     async def close(self) -> None:

@@ -4,7 +4,7 @@ alive, and can still answer with a proper error status if the stream fails befor
 Starlette's ``StreamingResponse`` on ASGI 2.4 servers learns of a disconnect only when a write
 fails, which during a long silent stretch (a model still thinking) can be minutes later. Here a
 watcher waits for ``http.disconnect`` and cancels the writer, whose source then cancels the duet's
-model calls. A heartbeat writes ``: ping`` when nothing was sent for ``ping_interval``, and stops a
+model calls. A heartbeat writes the protocol's keep-alive (OpenAI's ``: ping``) when nothing was sent for ``ping_interval``, and stops a
 stream whose client has not taken a write for ``write_timeout`` (a client that stopped reading):
 the source is closed as for a hang-up, so the duet's model calls stop too. When the server's drain
 time is over (``stopped``), the stream ends with one error event (or, before its first byte, a 503).
@@ -20,7 +20,7 @@ from typing import AsyncIterator, Callable, Protocol
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .chunks import PING, ChunkEncoder
+from .errors import APIError
 from .limits import shutting_down
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,10 @@ WRITE_PIECE = 64 * 1024  # a collected body is written in pieces of this size (t
 
 
 class EventSource(Protocol):
-    """What an :class:`EventStreamResponse` streams."""
+    """What an :class:`EventStreamResponse` streams, in its protocol's framing."""
+
+    keep_alive: bytes
+    """Written when the stream was quiet for ``ping_interval``."""
 
     async def start(self) -> Response | None:
         """Waits for the stream to begin. Returns a response to send *instead* (an error that
@@ -44,6 +47,12 @@ class EventSource(Protocol):
 
     def chunks(self) -> AsyncIterator[bytes]:
         """Framed SSE bytes."""
+
+    def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        """``error`` as the protocol's HTTP error response (the stream has not begun)."""
+
+    def error_event(self, error: APIError) -> bytes:
+        """The stream's last bytes: ``error`` as the protocol's error event."""
 
     async def close(self) -> None:
         """Called exactly once, however the response ends."""
@@ -197,9 +206,9 @@ class EventStreamResponse(Response):
             error = shutting_down()
             async with asyncio.timeout(SHUTDOWN_WRITE_TIMEOUT):  # a client that stopped reading gets no more time
                 if self._last_write == 0.0:
-                    await error.response(headers={"connection": "close"})(scope, receive, send)
+                    await self._source.error_response(error, headers={"connection": "close"})(scope, receive, send)
                 else:
-                    await send({"type": "http.response.body", "body": ChunkEncoder.error(error.body()), "more_body": False})
+                    await send({"type": "http.response.body", "body": self._source.error_event(error), "more_body": False})
         except TimeoutError:
             abandon_response(scope)
 
@@ -212,7 +221,7 @@ class EventStreamResponse(Response):
         loop = asyncio.get_running_loop()
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         self._last_write = loop.time()
-        heartbeat = asyncio.create_task(self._heartbeat(send, asyncio.current_task()))  # type: ignore[arg-type]
+        heartbeat = asyncio.create_task(self._heartbeat(send, asyncio.current_task(), self._source.keep_alive))  # type: ignore[arg-type]
         try:
             async for chunk in self._source.chunks():
                 if chunk:
@@ -233,7 +242,7 @@ class EventStreamResponse(Response):
         finally:
             heartbeat.cancel()
 
-    async def _heartbeat(self, send: Send, writer: asyncio.Task[None]) -> None:
+    async def _heartbeat(self, send: Send, writer: asyncio.Task[None], keep_alive: bytes) -> None:
         """Pings a quiet stream; cancels ``writer`` once a write has waited ``write_timeout`` for the client."""
         loop = asyncio.get_running_loop()
         while True:
@@ -250,7 +259,7 @@ class EventStreamResponse(Response):
                 self._last_write = loop.time()
                 try:
                     async with asyncio.timeout(self._write_timeout):
-                        await send({"type": "http.response.body", "body": PING, "more_body": True})
+                        await send({"type": "http.response.body", "body": keep_alive, "more_body": True})
                 except TimeoutError:
                     self.write_timed_out = True
                     writer.cancel()

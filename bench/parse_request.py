@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from duet.api.serving import _parse_request
+from duet.api.chat import _parse_request
 from duet.api.settings import ServiceOptions
 
 USER = {"role": "user", "content": "hi"}
