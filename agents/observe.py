@@ -100,12 +100,14 @@ async def _observed_stream(call: ModelCallObserver, stream: AsyncGenerator[Any, 
         finally:
             _upstream_headers.reset(token)
         call.first_piece()
-        while True:
-            if isinstance(piece, CreateResult):
+        if isinstance(piece, CreateResult):
+            result = piece
+        yield piece
+        async for piece in stream:
+            if piece.__class__ is CreateResult:  # the last piece; the text before it passes untouched
                 result = piece
             yield piece
-            piece = await stream.__anext__()
-    except StopAsyncIteration:
+    except StopAsyncIteration:  # a stream without a single piece
         pass
     except BaseException as exc:  # a failure, a cancellation, or the agent stopping early (GeneratorExit)
         error = exc

@@ -151,11 +151,15 @@ def logfmt(fields: dict[str, Any]) -> str:
     for key, value in fields.items():
         if value is None:
             continue
-        if isinstance(value, (dict, list)):
-            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        if isinstance(value, str):
+            text = json.dumps(value, ensure_ascii=False) if _NEEDS_QUOTES.search(value) or not value else value
+        elif isinstance(value, (dict, list)):
+            text = _compact(value)
         else:
-            text = str(value)
-            if not text or any(c in text for c in ' "=') or not text.isprintable():
-                text = json.dumps(text, ensure_ascii=False)
+            text = str(value).lower() if isinstance(value, bool) else str(value)
         parts.append(f"{key}={text}")
     return " ".join(parts)
+
+
+_NEEDS_QUOTES = re.compile(r'[\s"=]|[^ -~]')  # blanks, quotes, '=', anything not printable ASCII
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
