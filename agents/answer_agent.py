@@ -42,7 +42,8 @@ from .model_client import add_usage, streaming_create_args
 from .events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from .grounding import retrieved_context
 from .messages import answer_reply, client_handoff, read_grounding, read_task
-from .run_context import AnswerOptions, DuetRun
+from .observe import observe_client_tool_calls, observe_tool_call, observer_of
+from .run_context import AnswerOptions, DuetRun, current_run
 from .thinking import ReasoningSplitter
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             thinking_parts: list[str] = []  # the model's own reasoning in this round
             result: CreateResult | None = None
             piece, stream, pass_back = await self._open_stream(
-                history, pass_back, carries_reasoning,
+                history, pass_back, carries_reasoning, run,
                 tools=round_tools, tool_choice=round_choice, extra_create_args=create_args, cancellation_token=cancellation_token,
             )
             while piece is not None:  # the opened stream's first piece, then the rest (no wrapper per piece)
@@ -237,6 +238,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 pass_back = pass_back or self._pass_reasoning_back == "auto"
             turn += [asked, FunctionExecutionResultMessage(content=results)]
             if client_calls:
+                observe_client_tool_calls(run, (self._client_tool(workbench, call.name).client_name for call in client_calls))
                 yield ToolCallsRequested(
                     calls=[
                         ToolCall(id=call.id, name=self._client_tool(workbench, call.name).client_name, arguments=call.arguments)  # type: ignore[union-attr]
@@ -265,7 +267,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         return ModelReasoning(text="".join(thinking_parts), field=field, details=details)
 
     async def _open_stream(
-        self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, **arguments: Any
+        self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, run: DuetRun | None, **arguments: Any
     ) -> tuple[str | CreateResult, AsyncGenerator[str | CreateResult, None], bool]:
         """The model's stream for ``history`` (its reasoning passed back or not), opened: its first
         piece, the stream, and whether it passes the reasoning back. In ``auto``, an upstream that
@@ -273,7 +275,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         field") is asked again with it."""
         field = getattr(self._model_client, "reasoning_field", None)
         request = for_request(history, pass_back, field) if pass_back or carries_reasoning else history
-        stream = self._model_client.create_stream(request, **arguments)
+        stream = self._model_stream("answer", run, request, **arguments)
         try:
             first = await anext(stream)
         except UpstreamStatusError as exc:
@@ -281,7 +283,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             if pass_back or self._pass_reasoning_back != "auto" or not _asks_for_reasoning(exc):
                 raise
             logger.info("%s: the answer model wants its reasoning back on tool-calling turns; sending it", self.name)
-            return await self._open_stream(history, True, carries_reasoning, **arguments)
+            return await self._open_stream(history, True, carries_reasoning, run, **arguments)
         return first, stream, pass_back
 
     def _reply(self, text: str, finish_reason: FinishReason, usage: RequestUsage) -> Response:
@@ -302,7 +304,9 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         long round is not a silent one. Results land in ``results`` in call order."""
         for call in calls:
             yield ReasoningDelta(text=f"\n[calling {call.name} {call.arguments}]\n", source=self.name)
-        outcomes = await asyncio.gather(*(self._call_tool(workbench, call, cancellation_token) for call in calls))
+        observer = observer_of(current_run())
+        outcomes = await asyncio.gather(
+            *(observe_tool_call(observer, call.name, self._call_tool(workbench, call, cancellation_token)) for call in calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             results.append(outcome)
             status = "failed" if outcome.is_error else "returned"

@@ -19,6 +19,7 @@ from duet.workbenches import DuetWorkbench
 from .errors import DuetError, UpstreamError, is_openai_error, upstream_error_from_openai
 from .events import DuetEvent, Failed
 from .messages import as_agentchat_event, carries_task, failure_reply
+from .observe import Stage, observe_model_call, observer_of
 from .run_context import DuetRun, RunNotBoundError, current_run
 
 logger = logging.getLogger(__name__)
@@ -164,6 +165,17 @@ class DuetAgent(BaseChatAgent):
         """Closes the agent's model client (as AssistantAgent does)."""
         if self._model_client is not None:
             await self._model_client.close()
+
+    def _model_stream(self, stage: Stage, run: DuetRun | None, messages: Sequence[LLMMessage], **kwargs: Any) -> Any:
+        """The model client's ``create_stream(messages, **kwargs)``, told to the run's observer as a ``stage`` call."""
+        stream = self._model_client.create_stream(messages, **kwargs)
+        observer = observer_of(run)
+        if observer is None:
+            return stream
+        model = getattr(self._model_client, "model", None)  # Duet's client; AutoGen's keeps it in its config
+        if not isinstance(model, str):
+            model = str(self._model_client.dump_component().config.get("model", ""))
+        return observe_model_call(observer, stage, model, stream)
 
     def _workbench_for(self, run: DuetRun | None) -> Workbench | None:
         return run.workbench if run is not None else self._workbench

@@ -37,6 +37,9 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_valid
 
 from .answer_reasoning import ModelReasoning, ReasonedAssistantMessage, calls_key, with_reasoning
 
+from .observe import StoreOutcome, observer_of
+from .run_context import current_run
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TTL = 24 * 3600.0
@@ -315,6 +318,22 @@ class GuardedStore(ContinuationStore):
         return self._down_since is None
 
     async def _guard(self, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        observer = observer_of(current_run())  # a request's store calls are told to its observer
+        if observer is None:
+            return await self._guarded(call, *args)
+        started = time.monotonic()
+        outcome: StoreOutcome = "cancelled"
+        try:
+            result = await self._guarded(call, *args)
+            outcome = "miss" if result is None and call.__name__ == "get" else "ok"
+            return result
+        except StoreUnavailable:
+            outcome = "unavailable"
+            raise
+        finally:
+            observer.store_call(call.__name__, outcome, time.monotonic() - started)
+
+    async def _guarded(self, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         probe = False
         if self._down_since is not None:
             if self._probing or time.monotonic() < self._retry_at:

@@ -33,6 +33,7 @@ from .continuations import (
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results
 from .events import DuetEvent, Failed, Finished, FinishReason
 from .messages import AnswerReply, ClientHandoff, GroundingReply, ReasoningReply, read_reply, task_messages
+from .observe import RunObserver
 from .pool import TeamPool, TeamSlot
 from .result import DuetResult
 from .run_context import AnswerOptions, DuetRun, bind_run
@@ -176,6 +177,7 @@ class Duet:
         request_id: str | None = None,
         user: str | None = None,
         cancellation_token: CancellationToken | None = None,
+        observer: RunObserver | None = None,
     ) -> DuetStream:
         """Starts one run of the duet (call from a coroutine) and returns it at once.
 
@@ -186,7 +188,8 @@ class Duet:
         pace with its reader: once :data:`~duet.agents.stream.MAX_BUFFERED_EVENTS` events wait
         unread, the agents stop reading their models' streams until the reader catches up (or
         closes the stream). A token cancelled before the run starts ends it at once with
-        ``Failed``, before any model is called.
+        ``Failed``, before any model is called. ``observer`` is told of every model, tool and store
+        call of the run (:mod:`duet.agents.observe`).
         """
         if messages and isinstance(messages[0], Mapping):
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
@@ -204,6 +207,7 @@ class Duet:
             workbench=DuetWorkbench.for_request(self.services.tools, client_tools, request=request),
             options=options or AnswerOptions(),
             request=request,
+            observer=observer,
         )
         token = cancellation_token or CancellationToken()
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader

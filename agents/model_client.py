@@ -62,6 +62,7 @@ from .errors import (
     register_secrets,
     upstream_error_text,
 )
+from .observe import upstream_headers
 from .thinking import ReasoningText
 
 ANSWER_MODEL_INFO: ModelInfo = {
@@ -617,9 +618,13 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         self, url: yarl.URL, body: bytes, cancellation_token: CancellationToken | None, fresh: bool = False
     ) -> aiohttp.ClientResponse:
         session = self._get_session(fresh)
+        headers = self._headers
+        tracing = upstream_headers()  # set while an observed model call sends its request
+        if tracing:
+            headers = {**headers, **tracing}
         # In a context of its own: a new connection keeps the context it was opened in for as long as
         # it stays in the pool, and the request's context holds the whole request (its run, its team).
-        request = asyncio.get_running_loop().create_task(session.post(url, data=body, headers=self._headers),
+        request = asyncio.get_running_loop().create_task(session.post(url, data=body, headers=headers),
                                                          context=contextvars.Context())
         if cancellation_token is not None:
             cancellation_token.link_future(request)

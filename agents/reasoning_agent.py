@@ -192,8 +192,8 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
-        stream = self._model_client.create_stream(
-            prompt, extra_create_args=streaming_create_args(self._model_client, {}), cancellation_token=call_token
+        stream = self._model_stream(
+            "reasoner", run, prompt, extra_create_args=streaming_create_args(self._model_client, {}), cancellation_token=call_token
         )
         try:
             async for piece in stream:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Literal
 
 from pydantic import BaseModel, Field
 
@@ -25,6 +25,9 @@ from duet.workbenches import DuetWorkbench, RequestContext
 
 from .errors import DuetError
 from .events import DuetEvent
+
+if TYPE_CHECKING:
+    from .observe import RunObserver
 
 
 class AnswerOptions(BaseModel):
@@ -53,6 +56,7 @@ class DuetRun:
     ``room()`` before it reads on from its model, so a client that stops reading stops the model
     calls' reads too (backpressure), and the events waiting for a reader stay bounded.
     ``request`` is the request the workbench hands its service tools (the same object).
+    ``observer`` watches the run's model, tool and store calls (:mod:`duet.agents.observe`).
     """
 
     emit: Callable[[DuetEvent], bool]
@@ -60,6 +64,7 @@ class DuetRun:
     room: Callable[[], Awaitable[None]] = _never_full
     options: AnswerOptions = field(default_factory=AnswerOptions)
     request: RequestContext = field(default_factory=RequestContext)
+    observer: "RunObserver | None" = None
 
     @property
     def request_id(self) -> str:

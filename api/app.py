@@ -28,11 +28,14 @@ from .errors import install_error_handlers, install_secret_masking
 from .health import Readiness
 from .limits import RequestGate
 from .responses import Responses, ResponseStore
+from .observability import Observability, ObservedRequests, add_metrics_route, flush_traces
 from .routes import add_routes
 from .serving import Service
 from .settings import ConfigError, ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
 logger = logging.getLogger("duet")
+
+TRACE_FLUSH_SECONDS = 2.0  # the spans of the last requests, sent as the app stops (a collector that is down costs this much)
 
 
 class _WithoutTrailingSlash:
@@ -140,6 +143,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             await asyncio.gather(*(duet.close() for duet in pipelines.values()), return_exceptions=True)
             await stop_shared_servers()
             await continuations.close()
+            await asyncio.to_thread(flush_traces, TRACE_FLUSH_SECONDS)
 
     # The API's schema and its pages describe the whole surface: served only when asked for.
     docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
@@ -152,5 +156,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                            allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"], max_age=600)
 
     add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines, responses=Responses(ResponseStore(continuations)))
+    if options.metrics:
+        add_metrics_route(app, auth, options.metrics_open)
+    app.add_middleware(ObservedRequests, hub=Observability(options.metrics))  # request ids, metrics, spans, the log line
     app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing
     return app

@@ -45,14 +45,14 @@ KEY_VARIABLES = {
 """Variables read from the environment only, never an :class:`~duet.api.settings.EnvSettings` field (secrets)."""
 
 
-def start_process(log_level: str) -> None:
+def start_process(log_level: str, log_format: str = "text", worker: bool = False) -> None:
     """What a process that serves Duet sets before it builds the app (``duet serve`` and each of its workers)."""
+    from .observability import configure_logging, configure_tracing
     from .process import configure_process
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Duet's own loggers only: AutoGen's INFO logs describe every runtime message.
-    logging.getLogger("duet").setLevel(log_level.upper())
+    configure_logging(log_level, log_format, worker)  # type: ignore[arg-type]
     configure_process()
+    configure_tracing()  # raises for OTEL_* settings it cannot honour
 
 
 def refuse(command: str, message: str, code: int = 2) -> NoReturn:
@@ -90,7 +90,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     try:
         env, config = resolve(args, SERVE_FLAGS)
-        start_process(env.log_level)
+        start_process(env.log_level, env.log_format)
         app = create_app(config)  # builds every pipeline: fails before binding the port (once, for every worker)
         announce(config, env.workers)
     except Exception as exc:  # noqa: BLE001 - a ConfigError, or a state store that cannot open: one line, then exit

@@ -218,16 +218,6 @@ class EdgeServer(uvicorn.Server):
         return not (state.tasks or state.connections)
 
 
-class RedactQueryStrings(logging.Filter):
-    """Keeps query strings (where a client may have put a key) out of uvicorn's access log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str) and "?" in args[2]:
-            record.args = (args[0], args[1], args[2].split("?", 1)[0] + "?[redacted]", *args[3:])
-        return True
-
-
 FILES_BESIDES_CONNECTIONS = 128  # upstream connections, MCP servers, the store, logs
 
 
@@ -258,7 +248,8 @@ def serve(app: Any, options: ServiceOptions, gate: Drainable, *, host: str, port
         log_level=log_level,
         http=protocol_for(options),
         timeout_keep_alive=options.keep_alive_timeout,  # type: ignore[arg-type]  # a float works (call_later)
+        access_log=False,  # each request's line is Duet's own (duet.api.observability), without the query string
+        log_config=None,  # uvicorn's lines go through the process's handler, in its format (duet.api.observability.logs)
     )
-    logging.getLogger("uvicorn.access").addFilter(RedactQueryStrings())
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once it has shut down
         EdgeServer(config, options, gate, on_started).run(sockets)

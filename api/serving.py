@@ -34,6 +34,7 @@ from duet.workbenches import ProxyTool
 from .chunks import PING
 from .errors import APIError, as_api_error
 from .limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
+from .observability import current_observation
 from .protocol import Model, ModelList
 from .rendering import Renderer, ResponseWriter
 from .settings import ServiceOptions
@@ -201,7 +202,12 @@ class Service:
         gate.starting += 1
         try:
             duet = self.pipeline(parsed.model)
+            observation = current_observation()  # the run reports to it; the request's log line names the pipeline
+            if observation is not None:
+                observation.pipeline = duet.name
             run_request = await protocol.prepare(parsed, duet)
+            if observation is not None:
+                observation.stream = run_request.stream
             # The disconnect watcher is live before the run exists, and cancels the run's token itself
             # (the model clients check it before each call): a client that leaves before a model call
             # starts never costs one. One turn of the loop lets it see a client that is gone already.
@@ -214,7 +220,8 @@ class Service:
             try:
                 # The duet starts now, while the response is still being returned.
                 run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
-                                 request_id=response_id, user=run_request.user, cancellation_token=token)
+                                 request_id=response_id, user=run_request.user, cancellation_token=token,
+                                 observer=observation)
             except BaseException:
                 disconnected.cancel()
                 raise

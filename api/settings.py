@@ -118,6 +118,10 @@ class ServiceOptions(BaseModel):
         default_factory=dict,
         description="Model names clients insist on (Claude Code's claude-sonnet-4-5, ...), each answered by a served pipeline: a map in YAML, comma-separated 'alias=pipeline' pairs in DUET_MODEL_ALIASES; '*' in an alias matches any text (claude-*=duet). A pipeline's own name is never aliased.",
     )
+    # Operations
+    metrics: bool = Field(True, description="Serve GET /metrics (Prometheus text format, every worker's counts together).")
+    metrics_open: bool = Field(False, description="/metrics needs no API key (for a scraper that cannot send one); otherwise it takes a valid key, or on an open endpoint a client on this machine.")
+    log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object per line (json).")
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
 from .app import ServiceConfig
+from .observability import SharedMetrics
 from .server import ABORT_GRACE_SECONDS, LIFESPAN_SHUTDOWN_SECONDS
 
 logger = logging.getLogger("duet")
@@ -64,7 +65,7 @@ def run_worker(spec: WorkerSpec, listener: socket.socket, started: Connection) -
     from .server import serve
 
     _stop_with_the_parent()
-    start_process(spec.log_level)
+    start_process(spec.log_level, spec.config.options.log_format, worker=True)
     try:
         app = create_app(spec.config)
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
@@ -118,6 +119,7 @@ class Supervisor:
         self._workers: list[_Worker] = []
         self._signals: list[int] = []
         self._announced = False
+        self._metrics: SharedMetrics  # made by run(), before the workers
 
     def run(self) -> int:
         wakeup_read, wakeup_write = socket.socketpair()
@@ -125,6 +127,7 @@ class Supervisor:
         previous = {sig: signal.signal(sig, lambda number, _frame: self._signals.append(number))
                     for sig in (signal.SIGTERM, signal.SIGINT)}
         previous_wakeup = signal.set_wakeup_fd(wakeup_write.fileno())  # a signal ends the wait below at once
+        self._metrics = SharedMetrics()  # before the first worker starts: each reads where to write
         try:
             self._workers = [self._start() for _ in range(self._count)]
             code = self._supervise(wakeup_read)
@@ -137,6 +140,7 @@ class Supervisor:
             wakeup_read.close()
             wakeup_write.close()
             self._listener.close()
+            self._metrics.close()
 
     def _start(self) -> _Worker:
         started_read, started_write = self._context.Pipe(duplex=False)
@@ -168,6 +172,7 @@ class Supervisor:
                     continue
                 worker.process.join()
                 worker.started.close()
+                self._metrics.worker_exited(worker.pid)
                 if not worker.serving:
                     logger.error("worker %d ended (%s) before it served: stopping", worker.pid, _exit_status(worker.process))
                     return STARTUP_FAILURE

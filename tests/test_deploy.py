@@ -233,7 +233,8 @@ def test_docker_compose_and_the_dockerfile_match_the_code() -> None:
     targets, constraints = pip_install_targets(arguments)
     assert targets == ["."] and constraints == ["constraints.txt"]
     setuptools = project["tool"]["setuptools"]
-    folders = [setuptools["package-dir"].get(package, package.replace(".", "/")) for package in setuptools["packages"]]
+    folders = [setuptools["package-dir"].get(package, package.replace(".", "/")) for package in setuptools["packages"]
+               if package in setuptools["package-dir"] or "." not in package]  # a subpackage comes with its folder
     for needed in ["pyproject.toml", project["project"]["readme"], *constraints, *folders]:
         assert image.placed.get(posixpath.join(build_dir, needed)) == needed, f"the build needs {needed}"
     # It runs the installed package: from a directory without the source, which would shadow it.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import pytest
 import yaml
@@ -197,6 +197,10 @@ def other_values(name: str) -> tuple[Any, Any]:
         return ["https://yaml.example"], ["https://variable.example", "https://other.example"]
     if isinstance(default, dict):
         return {"claude-*": "a"}, {"claude-sonnet-4-5": "a", "gpt-4o": "b"}
+    annotation = ServiceOptions.model_fields[name].annotation
+    if get_origin(annotation) is Literal:  # one of a few words: another, then the default back
+        others = [choice for choice in get_args(annotation) if choice != default]
+        return others[0], others[1] if len(others) > 1 else default
     return "memory://", "sqlite:///variable.db"
 
 

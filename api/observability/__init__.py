@@ -1,0 +1,32 @@
+"""Watching the service: Prometheus metrics, OpenTelemetry traces and one log line per request.
+
+The agents report their model, tool and store calls through :mod:`duet.agents.observe`; this package
+is the service's side of it, and of each HTTP request.
+
+Public API:
+
+- :class:`Observability` — what an app records with (the process's metrics, the tracer if on);
+- :class:`ObservedRequests` — the ASGI middleware: request ids, one observation per request;
+  :func:`current_observation` — the one of the calling request (the run's observer);
+- :func:`add_metrics_route` — ``GET /metrics``; :class:`SharedMetrics` — the workers' shared directory;
+- :func:`configure_logging` — text or JSON lines naming the request (and the worker);
+- :func:`configure_tracing` — traces as the ``OTEL_*`` variables say; :func:`flush_traces` — sends what waits.
+"""
+
+from .http import ObservedRequests, add_metrics_route
+from .logs import configure_logging
+from .metrics import SharedMetrics
+from .requests import Observability, RequestObservation, current_observation
+from .tracing import configure_tracing, flush_traces
+
+__all__ = [
+    "Observability",
+    "ObservedRequests",
+    "RequestObservation",
+    "SharedMetrics",
+    "add_metrics_route",
+    "configure_logging",
+    "configure_tracing",
+    "current_observation",
+    "flush_traces",
+]
