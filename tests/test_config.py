@@ -11,7 +11,7 @@ import shlex
 import subprocess
 import tomllib
 from dataclasses import dataclass, field as dataclass_field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import httpx
 import openai
