@@ -21,8 +21,9 @@ from autogen_core.models import FunctionExecutionResultMessage, LLMMessage
 from pydantic import ValidationError
 
 from duet.agents import AnswerOptions, ConversationError, conversation_from_openai
-from duet.workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
+from duet.workbenches import ProxyTool, proxy_tools_from_openai
 
+from ..chat import tool_choice_alias
 from ..errors import APIError
 from ..protocol import FunctionDefinition
 from .protocol import AnyToolChoice, MessagesRequest, NamedToolChoice, NoToolChoice
@@ -116,10 +117,7 @@ def answer_options(request: MessagesRequest, tools: list[ProxyTool], service_too
             raise APIError(400, "tool_choice: 'any' needs tools, and the request has none", param="tool_choice")
         tool_choice = "required"
     elif isinstance(choice, NamedToolChoice):
-        alias = model_safe_name(choice.name)
-        if alias not in {t.name for t in tools} | service_tool_names:
-            raise APIError(400, f"tool_choice: names '{choice.name[:100]}', which is not among the tools", param="tool_choice.name")
-        tool_choice = alias
+        tool_choice = tool_choice_alias(choice.name, tools, service_tool_names, "tool_choice.name")
     return AnswerOptions(tool_choice=tool_choice, create_args=create_args)
 
 
