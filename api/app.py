@@ -98,10 +98,11 @@ class ServiceConfig:
                 else:
                     duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations)
             except Exception as exc:  # noqa: BLE001 - a function tool that does not import, a broken team file
-                raise ConfigError(f"{self._where(pipeline)}: {exc}") from exc
+                raise ConfigError(f"{self.origin_of(pipeline)}: {exc}") from exc
         return duets
 
-    def _where(self, pipeline: PipelineSettings | TeamPipelineSettings) -> str:
+    def origin_of(self, pipeline: PipelineSettings | TeamPipelineSettings) -> str:
+        """Where ``pipeline`` is set, to begin an error message with: the file and the pipeline, or the variable."""
         if self.source:
             return f"{self.source}: pipeline {pipeline.name!r}"
         if self.function_tools:  # the one thing the variables' pipeline imports

@@ -115,9 +115,10 @@ def _export_team(args: argparse.Namespace) -> None:
     from .settings import ConfigError
 
     try:
-        pipelines = resolve(args, ("config",))[1].pipelines
+        config = resolve(args, ("config",))[1]
     except ConfigError as exc:
         refuse("export-team", str(exc))
+    pipelines = config.pipelines
     chosen = next((p for p in pipelines if args.pipeline in (None, p.name)), None)
     if chosen is None:
         refuse("export-team", f"no pipeline named {args.pipeline!r}; there are: {', '.join(p.name for p in pipelines)}")
@@ -141,7 +142,10 @@ def _export_team(args: argparse.Namespace) -> None:
         finally:
             await services.close()
 
-    document = asyncio.run(export())
+    try:
+        document = asyncio.run(export())
+    except Exception as exc:  # noqa: BLE001 - a function tool that does not import, an MCP server that does not start
+        refuse("export-team", f"{config.origin_of(chosen)}: {exc}")
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)

@@ -208,7 +208,7 @@ def restored(answer: str) -> bool:
 
 
 def test_replicas_behind_a_balancer_share_rounds_and_survive_a_killed_replica(
-    deployment: tuple[list[DuetServer], Balancer], upstream: ScriptedUpstream
+    deployment: tuple[list[DuetServer], Balancer], upstream: ScriptedUpstream, request: pytest.FixtureRequest
 ) -> None:
     replicas, balancer = deployment
 
@@ -221,6 +221,7 @@ def test_replicas_behind_a_balancer_share_rounds_and_survive_a_killed_replica(
 
     # First rounds that replica 0 serves, whose follow-ups come after it is gone.
     held_client = httpx.Client(base_url=balancer.base_url, timeout=REQUEST_TIMEOUT)
+    request.addfinalizer(held_client.close)
     held = [first_round(held_client) for _ in range(4)]
     assert [served_by for _, served_by in held] == ["replica-0", "replica-1"] * 2
 
@@ -258,7 +259,6 @@ def test_replicas_behind_a_balancer_share_rounds_and_survive_a_killed_replica(
     for (first, _), stream in zip(held, (False, True, False, True)):
         answer, served_by = follow_up(held_client, first, stream)
         assert served_by == "replica-1" and restored(answer), answer
-    held_client.close()
 
     # With replica 0 out, everything goes to replica 1, and still finds its state.
     after = [converse(balancer.base_url, stream=i % 2 == 0) for i in range(4)]

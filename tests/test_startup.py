@@ -49,6 +49,8 @@ REFUSALS = [
      "duet: export-team: nope.json: cannot read the tools file: No such file or directory"),
     ("export-tools-json", ["export-team", "--tools", "{tmp}/bad.yaml"], {}, 2,
      "duet: export-team: {tmp}/bad.yaml: expected JSON with an OpenAI 'tools' list: Expecting value: line 1 column 1 (char 0)"),
+    ("export-function", ["export-team"], {"DUET_FUNCTION_TOOLS": "no_such_module:lookup"}, 2,
+     "duet: export-team: DUET_FUNCTION_TOOLS=no_such_module:lookup: No module named 'no_such_module'"),
     ("check", ["check"], {"DUET_LOG_LEVEL": "loud"}, 1,
      "duet: check: DUET_LOG_LEVEL=loud: Input should be 'critical', 'error', 'warning', 'info' or 'debug'"),
     ("check-yaml", ["check", "--config", "{tmp}/bad.yaml"], {}, 1,
@@ -125,6 +127,15 @@ def test_check_reports_the_example_configuration_and_its_unset_keys(tmp_path: Pa
     ]
     with_keys = run_duet(["check", "--config", str(ROOT / "duet.example.yaml")], tmp_path, {"DEEPSEEK_API_KEY": "k", "OPENAI_API_KEY": "k"})
     assert with_keys.returncode == 0 and "warning" not in with_keys.stdout
+
+
+def test_the_summary_never_shows_a_secret(tmp_path: Path) -> None:
+    """A Redis URL's password and the API keys stay out of the summary (the count of keys is shown)."""
+    env = {"DUET_STATE_URL": "redis://:store-password@127.0.0.1:6390/2", "DUET_API_KEYS": "client-key-1,client-key-2"}
+    result = run_duet(["check"], tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    assert "state store: redis://127.0.0.1:6390/2" in result.stdout.splitlines() and "auth: on (2 API keys)" in result.stdout
+    assert "store-password" not in result.stdout + result.stderr and "client-key" not in result.stdout + result.stderr
 
 
 def test_check_probe_asks_the_upstreams(tmp_path: Path, upstream: ScriptedUpstream) -> None:
