@@ -33,7 +33,7 @@ from .answer_reasoning import (
     PassReasoningBack,
     ReasonedAssistantMessage,
     for_request,
-    produced_reasoning,
+    reasoned_messages,
 )
 from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments
 from .errors import UpstreamStatusError
@@ -155,9 +155,10 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         turn: list[LLMMessage] = []  # what this turn adds to the conversation
         spoke = False  # text from an earlier round was already streamed
         # The model's own reasoning goes back on its tool-calling turns when it produced some (auto).
-        carries_reasoning = any(isinstance(message, ReasonedAssistantMessage) for message in history)
+        reasoned = reasoned_messages(history)
+        carries_reasoning = bool(reasoned)
         pass_back = self._pass_reasoning_back is True or (
-            self._pass_reasoning_back == "auto" and (self._model_thinks() or produced_reasoning(history))
+            self._pass_reasoning_back == "auto" and (self._model_thinks() or any(m.reasoning.from_model for m in reasoned))
         )
 
         for round_number in range(self._max_tool_rounds + 1):
