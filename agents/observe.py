@@ -104,7 +104,7 @@ async def _observed_stream(call: ModelCallObserver, stream: AsyncGenerator[Any, 
             result = piece
         yield piece
         async for piece in stream:
-            if piece.__class__ is CreateResult:  # the last piece; the text before it passes untouched
+            if not isinstance(piece, str):  # the last piece (a CreateResult, or a client's subclass of it); text passes untouched
                 result = piece
             yield piece
     except StopAsyncIteration:  # a stream without a single piece

@@ -133,7 +133,8 @@ def test_reasoning_content_mode() -> None:
     # The answer model's thinking starts a new paragraph after the reasoner's.
     assert message_of(body) == {"role": "assistant", "content": 'It is "18°C" ü\n</think>', "reasoning_content": "Plan: look it up.\n\nMy own thought."}
     assert body["choices"][0]["finish_reason"] == "stop"
-    assert body["usage"] == {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37}  # the sum of every model call
+    # The sum of every model call; the reasoner's output tokens are the reasoning tokens.
+    assert body["usage"] == {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37, "completion_tokens_details": {"reasoning_tokens": 2}}
 
 
 def test_think_mode_writes_reasoning_as_a_block_in_the_content() -> None:
@@ -157,7 +158,7 @@ def test_think_block_is_closed_before_tool_calls_the_end_and_an_error() -> None:
 def test_hidden_mode_shows_no_reasoning() -> None:
     for ending in ("stop", "tool_calls"):
         stream = stream_of(a_run(ending, interleaved=True), "hidden", False, True)
-        assert b"reasoning" not in stream and b"think>\\n" not in stream and b"calling lookup" not in stream
+        assert b"reasoning_content" not in stream and b"think>\\n" not in stream and b"calling lookup" not in stream
         assert "reasoning_content" not in message_of(assert_one_story(a_run(ending), "hidden", False, True))
 
 
@@ -184,7 +185,8 @@ def test_legacy_clients_get_one_function_call() -> None:
 
 def test_usage_chunk_only_when_asked_for() -> None:
     asked = sse_events(stream_of(a_run("stop"), "reasoning_content", False, True))
-    assert asked[-2]["choices"] == [] and asked[-2]["usage"] == {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37}
+    assert asked[-2]["choices"] == [] and asked[-2]["usage"] == {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37,
+                                                                    "completion_tokens_details": {"reasoning_tokens": 2}}
     assert asked[-3]["choices"][0]["finish_reason"] == "stop" and "usage" not in asked[-3]  # AutoGen ignores a finish that carries usage
     assert not any("usage" in event for event in sse_events(stream_of(a_run("stop"), "reasoning_content", False, False))[:-1])
 

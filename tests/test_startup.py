@@ -113,10 +113,11 @@ def test_check_reports_the_example_configuration_and_its_unset_keys(tmp_path: Pa
     result = run_duet(["check", "--config", str(ROOT / "duet.example.yaml")], tmp_path, env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == ("pipeline 'duet': reasoner deepseek-r1:7b at http://localhost:11434/v1; answer qwen2.5:7b at "
-                        "http://localhost:11434/v1; service tools: none; reasoning output reasoning_content")
-    assert "pipeline 'qwen': no reasoner; answer qwen2.5:7b at http://localhost:11434/v1; service tools: none; reasoning output reasoning_content" in lines
-    assert lines[3:] == [
+    pipelines = [line for line in lines if line.startswith("pipeline '")]
+    assert pipelines[0] == ("pipeline 'duet': reasoner deepseek-r1:7b at http://localhost:11434/v1; answer qwen2.5:7b at "
+                            "http://localhost:11434/v1; service tools: none; reasoning output reasoning_content")
+    assert "pipeline 'qwen': no reasoner; answer qwen2.5:7b at http://localhost:11434/v1; service tools: none; reasoning output reasoning_content" in pipelines
+    assert lines[len(pipelines):] == [
         "state store: memory://",
         "auth: off (0 API keys)",
         "workers: 1",

@@ -9,7 +9,6 @@ import time
 from contextvars import ContextVar
 from typing import Any, Iterable, Mapping
 
-import openai
 from autogen_core.models import CreateResult
 from opentelemetry.trace import Span, StatusCode, Tracer
 
@@ -35,8 +34,7 @@ _FINISH_REASONS = {"function_calls": "tool_calls"}  # AutoGen's name → the Gen
 
 def upstream_error_code(error: BaseException) -> str:
     """A failed model call's ``code`` label: the upstream's HTTP status, or the kind of failure."""
-    if isinstance(error, openai.APIError):  # AutoGen's stock client
-        error = upstream_error_from_openai(error, None) or error
+    error = upstream_error_from_openai(error, None) or error  # AutoGen's stock client raises the openai SDK's errors
     if isinstance(error, UpstreamStatusError):
         return str(error.upstream_status) if error.upstream_status else "error_object"
     if isinstance(error, UpstreamTimeout):
