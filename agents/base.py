@@ -92,6 +92,7 @@ class DuetAgent(BaseChatAgent):
         if workbench is not None and tools is not None:
             raise ValueError("give either workbench or tools, not both")
         self._model_client = model_client
+        self._model_name: str | None = None  # what an observer is told the model calls ask for
         self._system_message = system_message
         self._tools_as_list = tools is not None
         self._workbench = DuetWorkbench(list(tools)) if tools is not None else workbench
@@ -172,9 +173,12 @@ class DuetAgent(BaseChatAgent):
         observer = observer_of(run)
         if observer is None:
             return stream
-        model = getattr(self._model_client, "model", None)  # Duet's client; AutoGen's keeps it in its config
-        if not isinstance(model, str):
-            model = str(self._model_client.dump_component().config.get("model", ""))
+        model = self._model_name
+        if model is None:  # Duet's client names it; AutoGen's keeps it in its config (dumped once)
+            model = getattr(self._model_client, "model", None)
+            if not isinstance(model, str):
+                model = str(self._model_client.dump_component().config.get("model", ""))
+            self._model_name = model
         return observe_model_call(observer, stage, model, stream)
 
     def _workbench_for(self, run: DuetRun | None) -> Workbench | None:

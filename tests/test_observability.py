@@ -4,7 +4,9 @@ receiver; ``X-Request-ID``; JSON log lines; two workers' metrics added up; who m
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import signal
 import threading
@@ -504,3 +506,32 @@ def test_spans_still_waiting_are_sent_when_the_server_stops(upstream: ScriptedUp
     finally:
         server.stop()
     assert {f"chat {REASONER}", f"chat {ANSWER}"} <= otlp.trace(trace_id, timeout=2).keys()
+
+
+def test_a_worker_killed_mid_request_keeps_its_counts_and_leaves_nothing_in_flight(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    server = start(upstream, tmp_path, {"DUET_API_KEYS": ""}, ("--workers", "2"))
+    try:
+        clients = pinned_clients(server)
+        (victim, doomed), (survivor, http) = clients.items()
+        assert doomed.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 200
+        upstream.script(ANSWER, Reply(content=["late"], delay=60))
+        def hang() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # its worker is killed under it
+                doomed.post("/v1/chat/completions", json={"model": "duet", "messages": USER})
+
+        hanging = threading.Thread(target=hang, daemon=True)
+        hanging.start()
+        deadline = time.monotonic() + 10
+        while Scrape(http.get("/metrics").text).value("duet_requests_in_flight") != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Scrape(http.get("/metrics").text).value("duet_requests_in_flight") == 1
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Scrape(http.get("/metrics").text).value("duet_requests_in_flight") != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the parent sees the worker gone and drops its gauge
+        after = Scrape(http.get("/metrics").text)
+        assert after.value("duet_requests_in_flight") == 0
+        assert after.value("duet_requests_total", pipeline="duet", status="200") == 1  # the dead worker's request still counts
+        http.close()
+    finally:
+        server.stop()
