@@ -38,11 +38,6 @@ SERVE_FLAGS = ("config", "team", "model_name", "reasoning_output", "host", "port
 CHECK_FLAGS = ("config", "team", "model_name", "reasoning_output", "workers")
 """The flags of ``duet check``: what it serves, not where."""
 
-KEY_VARIABLES = {
-    "DUET_REASONER_API_KEY": "the reasoner's API key (default pipeline)",
-    "DUET_ANSWER_API_KEY": "the answer model's API key (default pipeline)",
-}
-"""Variables read from the environment only, never an :class:`~duet.api.settings.EnvSettings` field (secrets)."""
 
 
 def start_process(log_level: str, log_format: str = "text", worker: bool = False) -> None:
@@ -180,14 +175,15 @@ def variables_help() -> str:
     """Every ``DUET_*`` variable with its description and default, from the settings (their one home)."""
     from pydantic_core import PydanticUndefined
 
-    from .settings import EnvSettings
+    from .settings import KEY_VARIABLES, EnvSettings
 
     lines = ["environment variables (a flag wins over its variable, a variable over the YAML file):"]
     for name, field in EnvSettings.model_fields.items():
         default = field.get_default(call_default_factory=True)
         shown = "" if default in (None, PydanticUndefined, "", []) else f" (default {default})"
         lines.append(f"  DUET_{name.upper():<28} {field.description or ''}{shown}".rstrip())
-    lines += [f"  {name:<33} {description}" for name, description in KEY_VARIABLES.items()]
+    lines += [f"  {name:<33} the {part} model's API key (default pipeline; only ever read from the environment)"
+              for part, name in KEY_VARIABLES.items()]
     return "\n".join(lines)
 
 

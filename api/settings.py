@@ -23,6 +23,10 @@ from duet.workbenches import ToolsSettings
 
 MiB = 1024 * 1024
 
+KEY_VARIABLES = {"reasoner": "DUET_REASONER_API_KEY", "answer": "DUET_ANSWER_API_KEY"}
+"""The variables that hold the default pipeline's upstream keys: read from the environment by the
+model clients, never an :class:`EnvSettings` field (a secret is never a setting's value)."""
+
 
 class ConfigError(ValueError):
     """A configuration the operator must fix, told in one line that names where it is set (the
@@ -211,7 +215,7 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
         reasoner = None
         if self.reasoner_model:
             reasoner = ReasonerSettings(
-                base_url=self.reasoner_base_url, model=self.reasoner_model, api_key_env="DUET_REASONER_API_KEY"
+                base_url=self.reasoner_base_url, model=self.reasoner_model, api_key_env=KEY_VARIABLES["reasoner"]
             )
         functions = [path.strip() for path in self.function_tools.split(",") if path.strip()]
         grounding_tools = [name.strip() for name in self.grounding_tools.split(",") if name.strip()]
@@ -219,7 +223,7 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
             name=self.model_name,
             reasoning_output=self.reasoning_output,
             reasoner=reasoner,
-            answer=AnswerSettings(base_url=self.answer_base_url, model=self.answer_model, api_key_env="DUET_ANSWER_API_KEY"),
+            answer=AnswerSettings(base_url=self.answer_base_url, model=self.answer_model, api_key_env=KEY_VARIABLES["answer"]),
             tools=ToolsSettings(functions=functions),  # type: ignore[arg-type]
             grounding=GroundingSettings(tools=grounding_tools) if grounding_tools else None,
         )

@@ -16,11 +16,7 @@ from duet.agents.settings import ModelSettings
 
 from .app import ServiceConfig
 from .health import Readiness
-from .settings import TeamPipelineSettings
-
-DEFAULT_KEY_VARIABLES = ("DUET_REASONER_API_KEY", "DUET_ANSWER_API_KEY")
-"""The key variables the ``DUET_*`` pipeline always names: optional for a local server."""
-
+from .settings import KEY_VARIABLES, TeamPipelineSettings
 
 def _model(part: str, settings: ModelSettings) -> str:
     return f"{part} {settings.model} at {settings.base_url}"
@@ -67,7 +63,7 @@ def unset_keys(config: ServiceConfig) -> list[str]:
             name = settings.api_key_env if settings else None
             if not name or os.environ.get(name):
                 continue
-            if name in DEFAULT_KEY_VARIABLES and urlsplit(settings.base_url).scheme != "https":
+            if name in KEY_VARIABLES.values() and urlsplit(settings.base_url).scheme != "https":
                 continue
             warnings.append(f"pipeline {pipeline.name!r}: the {part}'s key variable {name} is not set: "
                             f"{settings.base_url} will likely refuse its requests")

@@ -27,13 +27,14 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from duet.api import EnvSettings, create_app
-from duet.api.cli import KEY_VARIABLES, SERVE_FLAGS, build_parser, given_flags, main
+from duet.api.cli import SERVE_FLAGS, build_parser, given_flags, main
+from duet.api.settings import KEY_VARIABLES
 from tests.conftest import ROOT
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33"  # the oldest release still supported upstream when these were written
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SETTINGS = {f"DUET_{name.upper()}" for name in EnvSettings.model_fields} | set(KEY_VARIABLES)
+SETTINGS = {f"DUET_{name.upper()}" for name in EnvSettings.model_fields} | set(KEY_VARIABLES.values())
 
 
 def compose_config(*files: str, profiles: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess[str]:
@@ -112,7 +113,7 @@ def test_compose_deploys_as_an_operator_needs() -> None:
     assert duet["depends_on"] == {"ollama-pull": {"condition": "service_completed_successfully"}}
     # Every variable is a setting, and each value is one the settings accept.
     assert set(environment) <= SETTINGS, set(environment) - SETTINGS
-    EnvSettings(_env_file=None, **{k.removeprefix("DUET_").lower(): v for k, v in environment.items() if k not in KEY_VARIABLES})
+    EnvSettings(_env_file=None, **{k.removeprefix("DUET_").lower(): v for k, v in environment.items() if k not in KEY_VARIABLES.values()})
     assert environment["DUET_REASONER_BASE_URL"] == environment["DUET_ANSWER_BASE_URL"] == "http://ollama:11434/v1"
 
 

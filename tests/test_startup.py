@@ -181,3 +181,18 @@ def test_the_benchmarks_show_why_duet_did_not_start(monkeypatch: pytest.MonkeyPa
         harness.start_duet(port, {"DUET_LOG_LEVEL": "verbose", "DUET_STATE_URL": "memory://"})
     assert str(refused.value) == ("duet serve did not start (exit code 2); its stderr:\n"
                                   "duet: cannot start: DUET_LOG_LEVEL=verbose: Input should be 'critical', 'error', 'warning', 'info' or 'debug'\n")
+
+
+def test_check_probe_starts_the_mcp_servers(tmp_path: Path, upstream: ScriptedUpstream) -> None:
+    """An MCP server that cannot start passes the plain check (nothing is started) and fails the probe."""
+    config = tmp_path / "duet.yaml"
+    config.write_text(yaml.safe_dump({"pipelines": [{
+        "name": "with-mcp", "answer": {"base_url": upstream.base_url, "model": ANSWER},
+        "tools": {"mcp": [{"name": "calc", "command": str(tmp_path / "no-such-server")}]}}]}))
+    plain = run_duet(["check", "--config", str(config)], tmp_path)
+    assert plain.returncode == 0 and "service tools: mcp:calc;" in plain.stdout, plain.stderr
+    probed = run_duet(["check", "--probe", "--config", str(config)], tmp_path)
+    assert probed.returncode == 1
+    # AutoGen's MCP actor logs its own traceback first; Duet's verdict is the last line.
+    assert probed.stderr.strip().splitlines()[-1] == "duet: check: not ready: mcp_servers"
+    assert any(line.startswith("mcp_servers: ") and "no-such-server" in line for line in probed.stdout.splitlines()), probed.stdout
