@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
-import json
-import os
-import posixpath
-import re
-import shlex
 import subprocess
-import tomllib
-from dataclasses import dataclass, field as dataclass_field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import yaml
-from packaging.specifiers import SpecifierSet
 
 from duet.agents import PipelineSettings
 from duet.api import EnvSettings
-from duet.api.cli import SERVE_FLAGS, build_parser, given_flags, main
 from tests.conftest import ANSWER, API_KEY, DUET, REASONER, ROOT, DuetServer, sse_events
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
