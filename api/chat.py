@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from pydantic import ValidationError
 
 from duet.agents import AnswerOptions, Duet, conversation_from_openai
 from duet.workbenches import ProxyTool, model_safe_name, proxy_tools_from_openai
@@ -15,21 +14,14 @@ from .chunks import ChunkEncoder, ChunkWriter
 from .completion import CompletionFold
 from .errors import APIError
 from .protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice, ResponseFormat
-from .serving import RunRequest, WireProtocol, count_items, invalid_request
+from .serving import RunRequest, WireProtocol, validated_body
 from .settings import ServiceOptions
-from .validation import load_body
 
 
 def _parse_request(raw: bytes, options: ServiceOptions) -> tuple[ChatCompletionRequest, dict[str, Any]]:
     """The validated request, and the body as parsed (tool schemas are passed on from it, untouched).
     Everything that can be refused without a model is refused here, with a 400 naming the param."""
-    body = load_body(raw)
-    # Counted before the models are built: a body of 200,000 messages is refused, not converted.
-    count_items(body, (("messages", options.max_messages), ("tools", options.max_tools), ("functions", options.max_tools)))
-    try:
-        return ChatCompletionRequest.model_validate(body), body
-    except ValidationError as exc:
-        raise invalid_request(exc, body) from None
+    return validated_body(raw, ChatCompletionRequest, (("messages", options.max_messages), ("tools", options.max_tools), ("functions", options.max_tools)))
 
 
 def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> list[ProxyTool]:

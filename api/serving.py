@@ -39,7 +39,7 @@ from .protocol import Model, ModelList
 from .rendering import Renderer, ResponseWriter
 from .settings import ServiceOptions
 from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, wait_for_disconnect
-from .validation import LARGE_BODY_BYTES
+from .validation import LARGE_BODY_BYTES, load_body
 
 
 @dataclass(slots=True, eq=False)
@@ -118,13 +118,23 @@ class WireProtocol(Generic[P]):
         return error.response(headers=headers)
 
 
-def count_items(body: dict[str, Any], limits: Iterable[tuple[str, int]]) -> None:
-    """400 when a list in the body is longer than its limit: counted before any model is built
-    (a body of 200,000 messages is refused, not converted)."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated_body(raw: bytes, model: type[M], limits: Iterable[tuple[str, int]]) -> tuple[M, dict[str, Any]]:
+    """A protocol's request: the body parsed (strict JSON, bounded depth), each list named in ``limits``
+    counted before any model is built (a body of 200,000 messages is refused, not converted), then
+    validated by ``model``. Every refusal is a 400 naming the param; the body as parsed comes back too
+    (tool schemas are passed on from it untouched: a pydantic dump would drop ``null`` values)."""
+    body = load_body(raw)
     for name, limit in limits:
         items = body.get(name)
         if isinstance(items, list) and len(items) > limit:
             raise APIError(400, f"{name}: at most {limit} are allowed, got {len(items)}", param=name, code="too_many_items")
+    try:
+        return model.model_validate(body), body
+    except ValidationError as exc:
+        raise invalid_request(exc, body) from None
 
 
 def invalid_request(exc: ValidationError, body: Any) -> APIError:

@@ -56,7 +56,7 @@ def test_claude_code_reads_a_file_with_its_own_tool(duet: DuetServer, upstream: 
     done = subprocess.run([str(CLAUDE), "-p", "What does secret.txt say?", "--allowedTools", "Read"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, (done.stdout, done.stderr)
-    assert f"The file says:" in done.stdout and SECRET in done.stdout, (done.stdout, done.stderr)
+    assert "The file says:" in done.stdout and SECRET in done.stdout, (done.stdout, done.stderr)
 
     calls = upstream.requests_for(ANSWER)
     with_results = [call for call in calls if tool_results(call.body)]

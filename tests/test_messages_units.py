@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 
 from duet.agents import DuetEvent, UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
 from duet.agents.conversation import ImageURL
-from duet.agents.events import ContentDelta, Failed, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from duet.agents.events import ContentDelta, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from duet.api.errors import APIError, as_api_error
 from duet.api.messages import MessageFold, MessageStreamWriter, error_body, estimate_input_tokens, read_input
 from duet.api.messages.protocol import Message, MessagesRequest, thinking_signature

@@ -7,15 +7,14 @@ from typing import NamedTuple
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
 
 from duet.agents import Duet, ReasoningOutput
 
 from ..errors import APIError
 from ..limits import is_json
-from ..serving import RunRequest, Service, WireProtocol, count_items, invalid_request
+from ..serving import RunRequest, Service, WireProtocol, validated_body
 from ..settings import ServiceOptions
-from ..validation import LARGE_BODY_BYTES, load_body
+from ..validation import LARGE_BODY_BYTES
 from .errors import error_response
 from .fold import MessageFold
 from .protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
@@ -38,13 +37,7 @@ class ParsedMessages(NamedTuple):
 def parse_messages(raw: bytes, options: ServiceOptions, model: type[MessagesRequest] = MessagesRequest) -> ParsedMessages:
     """The body, validated and converted: everything that can be refused without a model is refused
     here, with a 400 naming the param."""
-    body = load_body(raw)
-    # Counted before the models are built: a body of 200,000 messages is refused, not converted.
-    count_items(body, (("messages", options.max_messages), ("tools", options.max_tools)))
-    try:
-        request = model.model_validate(body)
-    except ValidationError as exc:
-        raise invalid_request(exc, body) from None
+    request, _ = validated_body(raw, model, (("messages", options.max_messages), ("tools", options.max_tools)))
     return ParsedMessages(request, read_input(request))
 
 

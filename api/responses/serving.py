@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
-from pydantic import ValidationError
 
 from duet.agents import Duet
 
 from ..errors import APIError
 from ..rendering import ResponseWriter
-from ..serving import RunRequest, WireProtocol, count_items, invalid_request
+from ..serving import RunRequest, WireProtocol, validated_body
 from ..settings import ServiceOptions
-from ..validation import load_body
 from .protocol import ResponsesRequest
 from .reader import ClientTool, answer_options, conversation_of, messages_from_items, proxy_tools, read_tools
 from .store import ResponseStore
@@ -40,12 +38,7 @@ class Responses(WireProtocol[ParsedResponses]):
         self.store = store
 
     def parse(self, raw: bytes, options: ServiceOptions) -> ParsedResponses:
-        body = load_body(raw)
-        count_items(body, (("input", options.max_messages), ("tools", options.max_tools)))
-        try:
-            request = ResponsesRequest.model_validate(body)
-        except ValidationError as exc:
-            raise invalid_request(exc, body) from None
+        request, body = validated_body(raw, ResponsesRequest, (("input", options.max_messages), ("tools", options.max_tools)))
         if isinstance(request.input, str) and not request.input:
             raise APIError(400, "input: must not be empty", param="input", code="invalid_request")
         chat_tools, client_tools = read_tools(request.tools or [], options.max_tools)

@@ -19,6 +19,7 @@ from typing import Any
 
 from duet.agents import ToolCall
 
+from ..chunks import ChunkWriter
 from ..errors import APIError
 from ..protocol import WireFinishReason
 from .protocol import (
@@ -216,12 +217,7 @@ class ResponseStreamWriter(ResponseFold):
         self._delta_head = b""  # the fixed part of the open item's delta events, before and after the text
         self._delta_tail = b"}\n\n"
 
-    def take(self) -> bytes:
-        out = self._out
-        if not out:
-            return b""
-        self._out = []
-        return out[0] if len(out) == 1 else b"".join(out)
+    take = ChunkWriter.take  # the same batching as the chat stream (one home for it)
 
     def _event(self, kind: str, payload: dict[str, Any]) -> None:
         data = {"type": kind, "sequence_number": self._sequence, **payload}
