@@ -40,16 +40,6 @@ CHECK_FLAGS = ("config", "team", "model_name", "reasoning_output", "workers")
 
 
 
-def start_process(log_level: str, log_format: str = "text", worker: bool = False) -> None:
-    """What a process that serves Duet sets before it builds the app (``duet serve`` and each of its workers)."""
-    from .observability import configure_logging, configure_tracing
-    from .process import configure_process
-
-    configure_logging(log_level, log_format, worker)  # type: ignore[arg-type]
-    configure_process()
-    configure_tracing()  # raises for OTEL_* settings it cannot honour
-
-
 def refuse(command: str, message: str, code: int = 2) -> NoReturn:
     """Ends the command with one line on stderr."""
     print(f"duet: {command}: {message}", file=sys.stderr)
@@ -80,6 +70,7 @@ def announce(config: "ServiceConfig", workers: int) -> None:
 def _serve(args: argparse.Namespace) -> None:
     _import_from_working_directory()
     from .app import create_app
+    from .process import start_process
     from .server import serve
     from .workers import Supervisor, WorkerSpec, listen
 

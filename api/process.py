@@ -56,3 +56,13 @@ def freeze_startup_objects() -> None:
     Call it once the app has started, before it serves; ``gc.unfreeze()`` undoes it."""
     gc.collect()
     gc.freeze()
+
+
+def start_process(log_level: str, log_format: str = "text", worker: bool = False) -> None:
+    """What a process that serves Duet sets before it builds the app (``duet serve`` and each of its
+    workers): logging, these process settings, tracing."""
+    from .observability import configure_logging, configure_tracing
+
+    configure_logging(log_level, log_format, worker)  # type: ignore[arg-type]
+    configure_process()
+    configure_tracing()  # raises for OTEL_* settings it cannot honour

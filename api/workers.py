@@ -61,7 +61,7 @@ def run_worker(spec: WorkerSpec, listener: socket.socket, started: Connection) -
     """One worker process: builds the app and serves ``listener`` until SIGTERM or SIGINT; sends its
     pid on ``started`` once it serves."""
     from .app import create_app
-    from .cli import start_process
+    from .process import start_process
     from .server import serve
 
     _stop_with_the_parent()
