@@ -36,6 +36,7 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	scripts/ensure-packages redis-server=redis-server haproxy=haproxy docker-compose=docker-compose
 	scripts/ensure-codex $(VENV)/node
 	scripts/ensure-claude-code $(VENV)/claude-code
+	scripts/ensure-ai-sdk $(VENV)/ai-sdk
 	# The packaging test installs the built wheel beside openai-agents in a fresh venv, offline:
 	# what that venv and the wheel's build need is fetched here (websockets is left free: openai-agents caps it below 17).
 	grep -v '^websockets==' constraints.txt > $(VENV)/constraints-packaging.txt
