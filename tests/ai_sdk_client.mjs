@@ -2,13 +2,14 @@
 // `execute` runs in this process and returns FORECAST, and a step limit that lets the SDK run the
 // tool loop itself.
 // Prints on stdout, as one JSON object, what the SDK saw. Run by tests/test_ai_sdk.py:
-//   node tests/ai_sdk_client.mjs MODULES_DIR BASE_URL API_KEY MODEL openai|anthropic PROMPT FORECAST
+//   node tests/ai_sdk_client.mjs MODULES_DIR BASE_URL API_KEY MODEL openai|anthropic PROMPT FORECAST [HANG_UP_ON]
 // MODULES_DIR is where scripts/ensure-ai-sdk installed the packages (ESM resolves bare names only
 // from the importing file's own folders, so they are required from there: their CommonJS builds).
+// HANG_UP_ON, a stream part type: the application aborts the stream when the first such part comes.
 import { createRequire } from "node:module";
 import { join } from "node:path";
 
-const [modules, baseURL, apiKey, model, provider, prompt, forecast] = process.argv.slice(2);
+const [modules, baseURL, apiKey, model, provider, prompt, forecast, hangUpOn] = process.argv.slice(2);
 const load = createRequire(join(modules, "node_modules", "package.json"));
 const { streamText, tool, stepCountIs, APICallError } = load("ai");
 const { z } = load("zod");
@@ -47,13 +48,14 @@ function describeError(error) {
   return { value: error }; // an error event's payload, as the provider passed it on
 }
 
+const hangUp = new AbortController();
 const result = streamText({
   model: languageModel(),
   prompt,
   tools: { get_weather: getWeather },
   stopWhen: stepCountIs(3),
   maxRetries: 0, // a fault shows at once
-  abortSignal: AbortSignal.timeout(60_000),
+  abortSignal: AbortSignal.any([hangUp.signal, AbortSignal.timeout(60_000)]),
 });
 
 // What the stream itself delivered: also there when it ended in an error (then the result's promises reject).
@@ -66,10 +68,11 @@ for await (const part of result.fullStream) {
   if (part.type === "error") errors.push(describeError(part.error));
   if (part.type === "text-delta") streamedText += part.text;
   if (part.type === "finish") streamFinishReason = part.finishReason;
+  if (part.type === hangUpOn) hangUp.abort();
 }
 
 const report = { parts, errors, executed, warnings, streamedText, streamFinishReason };
-if (errors.length === 0) {
+if (errors.length === 0 && !hangUp.signal.aborted) {
   const steps = await result.steps;
   Object.assign(report, {
     text: await result.text,

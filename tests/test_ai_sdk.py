@@ -1,7 +1,9 @@
 """The Vercel AI SDK against Duet over real HTTP: ``streamText`` with a tool loop through
 ``@ai-sdk/openai``'s Responses model (``/v1/responses``) and ``@ai-sdk/anthropic`` (``/v1/messages``).
 The SDK runs the tool itself (its ``execute``) and sends the result back in its next step; the
-scripted upstream plays the models. ``make test`` installs the packages (scripts/ensure-ai-sdk)."""
+scripted upstream plays the models. Off the happy path: an upstream 429 and an unknown model (the
+SDK's ``APICallError``), a fault mid-stream (its error part), an abort mid-stream (the models stop).
+``make test`` installs the packages (scripts/ensure-ai-sdk)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+from tests.test_cancellation import settle
 
 MODULES = Path(sys.prefix) / "ai-sdk"
 CLIENT = Path(__file__).parent / "ai_sdk_client.mjs"
@@ -23,10 +26,11 @@ FORECAST = "sunny, 24C"
 PROMPT = "Weather in Paris?"
 
 
-def stream_text(duet: DuetServer, provider: str, model: str = "duet", key: str = API_KEY) -> dict[str, Any]:
-    """Runs the SDK's ``streamText`` in Node; returns what it saw."""
+def stream_text(duet: DuetServer, provider: str, model: str = "duet", hang_up_on: str = "") -> dict[str, Any]:
+    """Runs the SDK's ``streamText`` in Node; returns what it saw. ``hang_up_on``: a stream part type
+    on whose first arrival the application aborts."""
     assert (MODULES / "node_modules" / "ai").is_dir(), f"the AI SDK is missing: run scripts/ensure-ai-sdk {MODULES} (make test does)"
-    done = subprocess.run(["node", str(CLIENT), str(MODULES), duet.base_url, key, model, provider, PROMPT, FORECAST],
+    done = subprocess.run(["node", str(CLIENT), str(MODULES), duet.base_url, API_KEY, model, provider, PROMPT, FORECAST, hang_up_on],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout)
@@ -97,3 +101,15 @@ def test_an_upstream_fault_mid_stream_is_an_error_part_after_the_text_so_far(due
     assert "broke off the stream" in error["value"]["message"]
     assert seen["parts"][-3:] == ["error", "finish-step", "finish"] and seen["streamFinishReason"] == "error"
     assert seen["streamedText"].startswith("part 0 ") and "part 9" not in seen["streamedText"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_abort_mid_stream_stops_the_models(duet: DuetServer, upstream: ScriptedUpstream, provider: str) -> None:
+    baseline = duet.wait_idle()["tasks"]
+    upstream.script(REASONER, Reply(reasoning=[f"step {i} " for i in range(40)], delay_between=0.25))
+    seen = stream_text(duet, provider, hang_up_on="reasoning-delta")
+    assert seen["parts"][-1] == "abort" and seen["errors"] == [] and seen["executed"] == []
+    reasoner_call = upstream.requests_for(REASONER)[0]
+    assert reasoner_call.ended.wait(5) and reasoner_call.aborted  # Duet stopped the model the SDK no longer listens to
+    assert upstream.requests_for(ANSWER) == []
+    settle(duet, baseline)
