@@ -43,10 +43,28 @@ class SearchService:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.answering = 0
+
+    def begin(self) -> None:
+        with self.lock:
+            self.answering += 1
 
     def record(self, call: dict[str, Any]) -> None:
         with self.lock:
             self.calls.append(call)
+            self.answering -= 1
+
+    def clear(self, timeout: float = 10.0) -> None:
+        """Forgets the calls once no request is being answered: a slow search an earlier test started
+        (and Duet gave up on) would otherwise land in the next test's calls."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.answering:
+                    self.calls.clear()
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"the search server still answers an earlier request after {timeout} s")
 
 
 def search_handler(service: SearchService) -> type[BaseHTTPRequestHandler]:
@@ -76,6 +94,7 @@ def search_handler(service: SearchService) -> type[BaseHTTPRequestHandler]:
             return 200, RESULTS
 
         def do_POST(self) -> None:  # noqa: N802 - Tavily's search API
+            service.begin()
             start = time.monotonic()
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
             status, results = self._behave(body.get("query", ""))
@@ -88,6 +107,7 @@ def search_handler(service: SearchService) -> type[BaseHTTPRequestHandler]:
                                "results": results[: body.get("max_results", 5)], "response_time": 0.01})
 
         def do_GET(self) -> None:  # noqa: N802 - SearXNG's JSON format
+            service.begin()
             start = time.monotonic()
             query = parse_qs(urlsplit(self.path).query).get("q", [""])[0]
             status, results = self._behave(query)
@@ -150,7 +170,7 @@ def grounded(upstream: ScriptedUpstream, search: tuple[str, SearchService], tmp_
 
 @pytest.fixture
 def http(grounded: DuetServer, search: tuple[str, SearchService]) -> Iterator[httpx.Client]:
-    search[1].calls.clear()
+    search[1].clear()
     with httpx.Client(base_url=grounded.base_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30) as client:
         yield client
 
@@ -274,7 +294,7 @@ def test_an_exported_team_keeps_its_grounding(upstream: ScriptedUpstream, search
     assert Team.load_component(document).dump_component().model_dump(mode="json") == document  # survives the round trip
     path = tmp_path / "team.json"
     path.write_text(json.dumps(document))
-    search[1].calls.clear()
+    search[1].clear()
     upstream.script(ANSWER, Reply(content=["Team A."]))
 
     async def run() -> str:
