@@ -159,6 +159,11 @@ class DuetAgent(BaseChatAgent):
             run.emit(Failed(message=str(error), error=error))
             yield Response(chat_message=failure_reply(self.name, error))
 
+    async def head_start(self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken) -> None:
+        """Called by the run, for the agent that speaks first, before the team hands it ``messages``:
+        an agent may open its model call now and keep it in ``run`` (:meth:`DuetRun.head_start`), so
+        the upstream's time to first token overlaps the team's routing. By default, nothing."""
+
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to reset: every turn gets the whole conversation."""
 

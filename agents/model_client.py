@@ -743,6 +743,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         finish_reason: str | None = None
         usage: Mapping[str, Any] | None = None
         answered = False  # a chunk with a choice arrived
+        first_token = True
         done = False
         failure: UpstreamError | None = None
         cancelled = False
@@ -795,6 +796,11 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 if text:
                     content.append(text)
                     yield text
+                if first_token and (reasoning or text):
+                    # The first token is out: let the caller's writer send it before the rest of a
+                    # burst is parsed (the burst rule of _sse_data may have spent its turn on a role chunk).
+                    first_token = False
+                    await asyncio.sleep(0)
                 tool_deltas = delta.get("tool_calls")
                 if tool_deltas:
                     for tool_delta in tool_deltas:

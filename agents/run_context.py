@@ -17,7 +17,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Literal, Protocol, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -47,6 +47,20 @@ async def _never_full() -> None:
     return None
 
 
+class EarlyCall(Protocol):
+    """A model call an agent opened before the team handed it its turn (:meth:`DuetRun.head_start`)."""
+
+    async def close(self) -> None:
+        """Stops the call; it was never used."""
+
+
+@dataclass(slots=True, eq=False)
+class _HeadStart:
+    agent: str
+    messages: Sequence[Any]
+    call: EarlyCall
+
+
 @dataclass(slots=True, eq=False)
 class DuetRun:
     """One request's binding.
@@ -57,6 +71,9 @@ class DuetRun:
     calls' reads too (backpressure), and the events waiting for a reader stay bounded.
     ``request`` is the request the workbench hands its service tools (the same object).
     ``observer`` watches the run's model, tool and store calls (:mod:`duet.agents.observe`).
+
+    A run may hold one model call opened ahead of the team (:meth:`head_start`): the agent that
+    speaks first starts its call while the team is still routing the task to it.
     """
 
     emit: Callable[[DuetEvent], bool]
@@ -65,10 +82,31 @@ class DuetRun:
     options: AnswerOptions = field(default_factory=AnswerOptions)
     request: RequestContext = field(default_factory=RequestContext)
     observer: "RunObserver | None" = None
+    _head_start: _HeadStart | None = None
 
     @property
     def request_id(self) -> str:
         return self.request.request_id
+
+    def head_start(self, agent: str, messages: Sequence[Any], call: EarlyCall) -> None:
+        """Keeps ``call``, which ``agent`` opened for its turn on ``messages`` before the team handed them over."""
+        self._head_start = _HeadStart(agent, messages, call)
+
+    def take_head_start(self, agent: str, messages: Sequence[Any]) -> EarlyCall | None:
+        """The call ``agent`` opened ahead for exactly these ``messages`` (the same objects the team
+        now hands it), or ``None``. Taken once: from here on the agent owns it."""
+        early = self._head_start
+        if early is None or early.agent != agent or len(early.messages) != len(messages) \
+                or any(a is not b for a, b in zip(early.messages, messages)):
+            return None
+        self._head_start = None
+        return early.call
+
+    async def drop_head_start(self) -> None:
+        """Closes a call opened ahead that its agent never took (the run ended before its turn)."""
+        early, self._head_start = self._head_start, None
+        if early is not None:
+            await early.call.close()
 
 
 class RunNotBoundError(DuetError):

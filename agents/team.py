@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from autogen_agentchat.base import TerminationCondition
 from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import AgentRuntime
@@ -56,9 +57,14 @@ def build_team(
         participants,  # type: ignore[arg-type]
         name=TEAM_NAME,
         description=f"Duet pipeline '{settings.name}': a reasoning agent thinks, an answer agent replies and calls tools.",
-        termination_condition=HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME]),
+        termination_condition=duet_termination(),
         runtime=runtime,
     )
+
+
+def duet_termination() -> TerminationCondition:
+    """How Duet's team ends: when the answer agent has spoken, or anyone handed off to the client."""
+    return HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME])
 
 
 STOCK_OPENAI_CLIENT = "autogen_ext.models.openai.OpenAIChatCompletionClient"

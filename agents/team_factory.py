@@ -24,7 +24,7 @@ from .pool import TeamSlot
 from .reasoning_agent import ReasoningAgent
 from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, PipelineSettings
-from .team import build_team
+from .team import build_team, duet_termination
 from .team_files import diagnose, load_team
 
 _DUET_AGENTS: dict[str, type[DuetAgent]] = {
@@ -33,6 +33,7 @@ _DUET_AGENTS: dict[str, type[DuetAgent]] = {
     for spelling in (agent.component_provider_override, f"{agent.__module__}.{agent.__qualname__}")
 }
 _DUET_TEAMS = (RoundRobinGroupChat.component_provider_override, f"{RoundRobinGroupChat.__module__}.{RoundRobinGroupChat.__qualname__}")
+_DUET_TERMINATION = duet_termination().dump_component()
 
 
 CLOSE_TIMEOUT = 5.0
@@ -218,7 +219,18 @@ class TeamFactory:
         runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
         own = [client for participant, client in zip(self._participants, clients, strict=True)
                if participant.shared_client is None and client is not None]
-        return TeamSlot(self._build(runtime, clients), runtime, own_clients=own)
+        team = self._build(runtime, clients)
+        return TeamSlot(team, runtime, own_clients=own, first_speaker=self._first_speaker(team))
+
+    def _first_speaker(self, team: RoundRobinGroupChat) -> DuetAgent | None:
+        """The agent a new task certainly goes to first: the first participant, when nothing can end
+        the team before it speaks (Duet's own termination, any number of turns)."""
+        config = self._team
+        assert config is not None
+        if config.termination_condition != _DUET_TERMINATION or (config.max_turns is not None and config.max_turns < 1):
+            return None
+        first = team._participants[0]  # not exported (0.7.5); the team was built from self._participants
+        return first if isinstance(first, DuetAgent) else None
 
     def _build(self, runtime: AgentRuntime, clients: list[ChatCompletionClient]) -> RoundRobinGroupChat:
         """As ``RoundRobinGroupChat._from_config``, with ``clients`` and ``runtime``."""

@@ -66,6 +66,30 @@ def test_new_team_runs_with_agentchat(upstream: ScriptedUpstream) -> None:
     assert asyncio.run(main()) == ["hi", "plan", "answer"]
 
 
+def test_the_reasoners_call_is_made_once_and_only_for_a_team_certain_to_reach_it(upstream: ScriptedUpstream) -> None:
+    """The first speaker opens its model call while the team routes the task to it: one call per
+    request all the same. A team file whose termination may end the team before anyone speaks
+    (here, at once) opens nothing ahead: no model call is paid for that the team does not make."""
+    from autogen_agentchat.conditions import MaxMessageTermination
+
+    document = export_team(settings(upstream))
+    ending_at_once = {**document, "config": {**document["config"],
+                                             "termination_condition": MaxMessageTermination(1).dump_component().model_dump()}}
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with Duet.from_team(document) as duet, Duet.from_team(ending_at_once) as ends_at_once:
+            upstream.script(REASONER, Reply(reasoning=["plan"]))
+            upstream.script(ANSWER, Reply(content=["answer"]))
+            served = [event.kind async for event in duet.stream(USER)]
+            ended = [event.kind async for event in ends_at_once.stream(USER)]
+        return served, ended
+
+    served, ended = asyncio.run(asyncio.wait_for(main(), 10))
+    assert served == ["reasoning", "usage", "content", "usage", "done"]
+    assert ended == ["done"]
+    assert [r.model for r in upstream.requests] == [REASONER, ANSWER]
+
+
 def test_team_file_pipelines_close_the_clients_they_load() -> None:
     """The model clients a team-file pipeline loads (shared by its pooled teams) are closed with the
     pipeline, and with them their upstream connections; failed teams close whatever they own."""
