@@ -32,7 +32,8 @@ AnswerReply(text='Hello!', finish_reason='stop')
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, get_args
+from datetime import datetime, timezone
+from typing import Any, Sequence, get_args
 
 from autogen_agentchat.messages import (
     BaseAgentEvent,
@@ -46,6 +47,7 @@ from autogen_core import FunctionCall
 from autogen_core.models import LLMMessage, RequestUsage
 
 from .conversation import last_user_text
+from .ids import new_message_id
 from .events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCallsRequested
 
 CLIENT = "client"
@@ -122,7 +124,8 @@ def task_messages(
     # a long conversation would cost every request.
     task: list[BaseChatMessage] = [
         HandoffMessage.model_construct(
-            source=CLIENT, target=TEAM_NAME, content=last_user_text(conversation) or "(continue)", context=conversation
+            source=CLIENT, target=TEAM_NAME, content=last_user_text(conversation) or "(continue)", context=conversation,
+            **_unset_fields(),
         )
     ]
     if grounding:
@@ -177,19 +180,26 @@ def read_grounding(messages: Sequence[BaseChatMessage]) -> str:
     )
 
 
+def _unset_fields() -> dict[str, Any]:
+    """The fields of an AgentChat message that Duet does not set, given so that no default is
+    computed: pydantic inspects a default factory's signature for every ``model_construct``, and
+    AgentChat draws each id from ``uuid4``."""
+    return {"id": new_message_id(), "created_at": datetime.now(timezone.utc), "models_usage": None, "metadata": {}}
+
+
 def grounding_reply(source: str, text: str) -> TextMessage:
     """The grounding agent's reply: the retrieved context, marked so the other agents read it as such."""
-    return TextMessage(source=source, content=text, metadata=_GROUNDING)
+    return TextMessage(id=new_message_id(), source=source, content=text, metadata=_GROUNDING)
 
 
 def reasoning_reply(source: str, text: str, usage: RequestUsage | None = None) -> TextMessage:
     """The reasoning agent's reply: its reasoning, marked so the answer agent reads it as such."""
-    return TextMessage(source=source, content=text, metadata=_REASONING, models_usage=usage)
+    return TextMessage(id=new_message_id(), source=source, content=text, metadata=_REASONING, models_usage=usage)
 
 
 def answer_reply(source: str, text: str, finish_reason: FinishReason, usage: RequestUsage | None = None) -> TextMessage:
     """The answer agent's reply, with the finish reason the client gets."""
-    return TextMessage(source=source, content=text, metadata={_FINISH_REASON: finish_reason}, models_usage=usage)
+    return TextMessage(id=new_message_id(), source=source, content=text, metadata={_FINISH_REASON: finish_reason}, models_usage=usage)
 
 
 def client_handoff(source: str, calls: Sequence[FunctionCall], turn: list[LLMMessage], usage: RequestUsage) -> HandoffMessage:
@@ -201,14 +211,14 @@ def client_handoff(source: str, calls: Sequence[FunctionCall], turn: list[LLMMes
         target=CLIENT,
         content=f"{source} asks the client to run {', '.join(call.name for call in calls)}.",
         context=turn,
-        models_usage=usage,
+        **{**_unset_fields(), "models_usage": usage},
     )
 
 
 def failure_reply(source: str, error: BaseException) -> HandoffMessage:
     """How an agent whose model failed ends the team (a handoff to :data:`CLIENT`, which ends every
     Duet team) while the team stays healthy for its next run."""
-    return HandoffMessage(source=source, target=CLIENT, content=f"{source} failed: {error}", metadata=_FAILED)
+    return HandoffMessage(id=new_message_id(), source=source, target=CLIENT, content=f"{source} failed: {error}", metadata=_FAILED)
 
 
 def read_reply(message: object) -> Reply | None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
-import uuid
 from typing import Any
 
 from autogen_core import (
@@ -24,6 +22,8 @@ from autogen_core._message_handler_context import MessageHandlerContext
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
 from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
+
+from .ids import new_message_id
 
 _logger = logging.getLogger(ROOT_LOGGER_NAME)  # where the stock runtime writes its INFO lines
 _event_logger = logging.getLogger(EVENT_LOGGER_NAME)
@@ -52,7 +52,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     spent a fifth of its CPU there). The event log is still written when a handler listens at INFO,
     the INFO lines still formatted when INFO is enabled, and spans still opened unless runtime
     tracing is disabled. Message ids are unique and UUID-shaped as AutoGen asks, but counted from
-    a random base per runtime instead of drawn from the OS for each message (``uuid4``).
+    a random base instead of drawn from the OS for each message (:func:`~duet.agents.ids.new_message_id`).
 
     While nobody reads any of it (no INFO logging, no event log, no spans, no intervention
     handler: :meth:`_unobserved`), delivering a message skips the rest of that bookkeeping too:
@@ -65,8 +65,6 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._message_id_base = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-": a version-4 UUID's head
-        self._message_count = itertools.count()
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
@@ -84,9 +82,6 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             return ""
         return super()._try_serialize(message)
 
-    def _new_message_id(self) -> str:
-        return f"{self._message_id_base}{next(self._message_count):012x}"
-
     async def send_message(
         self,
         message: Any,
@@ -97,7 +92,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         message_id: str | None = None,
     ) -> Any:
         if message_id is None:
-            message_id = self._new_message_id()
+            message_id = new_message_id()
         if _logger.isEnabledFor(logging.INFO):
             return await super().send_message(
                 message, recipient, sender=sender, cancellation_token=cancellation_token, message_id=message_id
@@ -147,7 +142,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         message_id: str | None = None,
     ) -> None:
         if message_id is None:
-            message_id = self._new_message_id()
+            message_id = new_message_id()
         if _logger.isEnabledFor(logging.INFO):
             return await super().publish_message(
                 message, topic_id, sender=sender, cancellation_token=cancellation_token, message_id=message_id
