@@ -13,7 +13,7 @@ import asyncio
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -29,7 +29,7 @@ from .health import Readiness
 from .limits import RequestGate
 from .responses import Responses, ResponseStore
 from .observability import Observability, ObservedRequests, add_metrics_route, flush_traces
-from .routes import add_routes
+from .routes import add_routes, as_asgi
 from .serving import Service
 from .settings import ConfigError, ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
@@ -38,18 +38,49 @@ logger = logging.getLogger("duet")
 TRACE_FLUSH_SECONDS = 2.0  # the spans of the last requests, sent as the app stops (a collector that is down costs this much)
 
 
-class _WithoutTrailingSlash:
-    """Answers ``/v1/chat/completions/`` as ``/v1/chat/completions`` (a redirect would lose the
+def _without_trailing_slash(scope: Scope) -> Scope:
+    """``/v1/chat/completions/`` is answered as ``/v1/chat/completions`` (a redirect would lose the
     POST body with many clients), for every route, without a routing pass of its own."""
+    path = scope.get("path", "")
+    if len(path) > 1 and path.endswith("/"):
+        return {**scope, "path": path.rstrip("/") or "/"}
+    return scope
 
+
+class _WithoutTrailingSlash:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if len(path) > 1 and path.endswith("/"):
-            scope = {**scope, "path": path.rstrip("/") or "/"}
-        await self.app(scope, receive, send)
+        await self.app(_without_trailing_slash(scope), receive, send)
+
+
+class DuetApp(FastAPI):
+    """The FastAPI app, with a short way in for the hot routes: a POST to a completion protocol goes
+    straight to its observed endpoint (:meth:`serve_directly`), past FastAPI's and Starlette's layers
+    (error pages, FastAPI's telemetry and body-limit checks, exception handlers, the router), which
+    those endpoints do not use: they answer every failure in their protocol's shape themselves.
+    Everything else takes the whole stack."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._direct: dict[str, ASGIApp] = {}
+
+    def serve_directly(self, path: str, app: ASGIApp) -> None:
+        """POSTs to ``path`` (with or without a trailing slash) go to ``app`` alone."""
+        self._direct[path] = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and self._direct:
+            scope = _without_trailing_slash(scope)
+            direct = self._direct.get(scope["path"])
+            if direct is not None:
+                scope["app"] = self  # what Request.app reads, as Starlette sets it
+                if self.root_path:
+                    scope["root_path"] = self.root_path
+                await direct(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 @dataclass
@@ -148,7 +179,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     # The API's schema and its pages describe the whole surface: served only when asked for.
     docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
-    app = FastAPI(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.",
+    app = DuetApp(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.",
                   lifespan=lifespan, redirect_slashes=False, **docs)
     app.state.gate = gate  # the server tells it when to drain and when to stop (api/server.py)
     install_error_handlers(app)
@@ -156,9 +187,14 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=options.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"], max_age=600)
 
-    add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines, responses=Responses(ResponseStore(continuations)))
+    protocol_routes = add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines,
+                                 responses=Responses(ResponseStore(continuations)))
     if options.metrics:
         add_metrics_route(app, auth, options.metrics_open)
-    app.add_middleware(ObservedRequests, hub=Observability(options.metrics))  # request ids, metrics, spans, the log line
+    observability = Observability(options.metrics)
+    app.add_middleware(ObservedRequests, hub=observability)  # request ids, metrics, spans, the log line
     app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing
+    if not options.cors_origins:  # CORS answers preflights and adds headers: with it, every request takes the whole stack
+        for path, endpoint in protocol_routes.items():
+            app.serve_directly(path, ObservedRequests(as_asgi(endpoint), hub=observability))
     return app

@@ -8,6 +8,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from duet.agents import Duet
 
@@ -38,10 +39,22 @@ def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awa
     return endpoint
 
 
+def as_asgi(endpoint: Endpoint) -> ASGIApp:
+    """``endpoint`` as a plain ASGI app (what Starlette's route does, without its exception wrapper:
+    the protocol endpoints answer every failure themselves)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        response = await endpoint(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    return app
+
+
 def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: RequestGate, pipelines: Mapping[str, Duet],
-               responses: Responses) -> None:
+               responses: Responses) -> dict[str, Endpoint]:
     """Chat completions, the Responses API and the model list (under ``/v1`` and without it), ``/health``
-    and ``/health/ready``. The service itself is ``app.state.service``, set by the app's lifespan."""
+    and ``/health/ready``. The service itself is ``app.state.service``, set by the app's lifespan.
+    Returns the POST endpoints of the completion protocols by path, which the app may serve directly."""
 
     chat_completions = protocol_endpoint(ChatCompletions(), auth)
     create_response = protocol_endpoint(responses, auth)
@@ -89,7 +102,10 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
         return JSONResponse(body, status_code=200 if is_ready else 503)
 
     # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
+    protocol_routes: dict[str, Endpoint] = {}
     for prefix in ("/v1", ""):
+        protocol_routes.update({f"{prefix}/chat/completions": chat_completions, f"{prefix}/responses": create_response,
+                                f"{prefix}/messages": messages})
         app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
         app.add_route(f"{prefix}/responses", create_response, methods=["POST"], include_in_schema=prefix == "/v1")
         app.add_route(f"{prefix}/responses/{{response_id}}", retrieve_response, methods=["GET"], include_in_schema=prefix == "/v1")
@@ -98,3 +114,4 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
         app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)
+    return protocol_routes
