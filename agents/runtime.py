@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from typing import Any
+from typing import Any, Coroutine
 
 from autogen_core import (
     EVENT_LOGGER_NAME,
@@ -57,7 +57,8 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     While nobody reads any of it (no INFO logging, no event log, no spans, no intervention
     handler: :meth:`_unobserved`), delivering a message skips the rest of that bookkeeping too:
     no telemetry envelope, no span attributes (the stock runtime builds them, the message's JSON
-    included, even for no-op spans), no log lines. A direct message's reply resolves its sender's
+    included, even for no-op spans), no log lines, and no trip through the queue: a message goes
+    to its handler's task at once (:meth:`_delivers_at_once`). A direct message's reply resolves its sender's
     future at once instead of making a second trip through the queue and a task of its own, and a
     message published to one recipient is handled in the publishing task instead of a task more.
     Relies on autogen-core 0.7.5 internals (pinned).
@@ -118,17 +119,19 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             if recipient.type not in self._known_agent_names:
                 future.set_exception(Exception("Recipient not found"))
                 return await future
-            await self._message_queue.put(
-                SendMessageEnvelope(
-                    message=message,
-                    recipient=recipient,
-                    future=future,
-                    cancellation_token=cancellation_token,
-                    sender=sender,
-                    metadata=self._envelope_metadata(),
-                    message_id=message_id,
-                )
+            envelope = SendMessageEnvelope(
+                message=message,
+                recipient=recipient,
+                future=future,
+                cancellation_token=cancellation_token,
+                sender=sender,
+                metadata=self._envelope_metadata(),
+                message_id=message_id,
             )
+            if self._delivers_at_once():
+                self._start_handler(self._process_send(envelope))
+            else:
+                await self._message_queue.put(envelope)
             cancellation_token.link_future(future)
             return await future
 
@@ -164,16 +167,38 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                         delivery_stage=DeliveryStage.SEND,
                     )
                 )
-            await self._message_queue.put(
-                PublishMessageEnvelope(
-                    message=message,
-                    cancellation_token=cancellation_token,
-                    sender=sender,
-                    topic_id=topic_id,
-                    metadata=self._envelope_metadata(),
-                    message_id=message_id,
-                )
+            envelope = PublishMessageEnvelope(
+                message=message,
+                cancellation_token=cancellation_token,
+                sender=sender,
+                topic_id=topic_id,
+                metadata=self._envelope_metadata(),
+                message_id=message_id,
             )
+            if self._delivers_at_once():
+                self._start_handler(self._process_publish(envelope))
+            else:
+                await self._message_queue.put(envelope)
+
+    def _delivers_at_once(self) -> bool:
+        """Whether a message goes straight to its handler's task instead of through the queue: while
+        the runtime runs, nothing observes it, no failure waits to be raised, and nothing is queued
+        (so messages still start in the order they were sent)."""
+        queue = self._message_queue
+        return (self._run_context is not None and self._background_exception is None and queue.empty()
+                and not queue._is_shutdown and self._unobserved())
+
+    def _start_handler(self, handler: Coroutine[Any, Any, None]) -> None:
+        """Runs ``handler`` (which ends with ``task_done()``) in a task of its own, as the message loop
+        would after taking its message from the queue, but without the loop's two turns per message
+        (waking on the queue, then ``sleep(0)``). Counted as an unfinished queue item, so
+        ``stop_when_idle`` waits for it."""
+        queue = self._message_queue
+        queue._unfinished_tasks += 1
+        queue._finished.clear()
+        task = asyncio.get_running_loop().create_task(handler)
+        self._background_tasks.add(task)
+        task.add_done_callback(self._background_tasks.discard)
 
     async def _process_send(self, message_envelope: SendMessageEnvelope) -> None:
         if not self._unobserved():
