@@ -62,6 +62,7 @@ from .errors import (
     register_secrets,
     upstream_error_text,
 )
+from . import wire_json
 from .observe import upstream_headers
 from .thinking import ReasoningText
 
@@ -758,7 +759,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                             await asyncio.wait_for(response.content.wait_eof(), END_OF_BODY_WAIT)
                     break
                 try:
-                    chunk = json.loads(data)
+                    chunk = wire_json.loads(data)
                 except ValueError:
                     raise UpstreamProtocolError(f"sent a chunk that is not JSON: {data[:200]!r}", model=model) from None
                 if not isinstance(chunk, dict):

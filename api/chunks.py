@@ -5,14 +5,14 @@ nothing else. Dify's parser splits the body on the literal blank line ``\\n\\n``
 that start with ``:``: ``\\r\\n`` separators, a single ``\\n`` between events, ``event:``/``id:``
 lines or multi-line ``data:`` make it drop the answer (tool calls included) without an error.
 The fixed part of every chunk (id, created, model) is rendered once per response, so a delta
-costs one ``json.dumps`` of its text. The shapes are :mod:`duet.api.protocol`'s
+costs one JSON encoding of its text (:mod:`duet.agents.wire_json`). The shapes are :mod:`duet.api.protocol`'s
 ``ChatCompletionChunk``; a unit test holds each method's output equal to that model's JSON.
 """
 
 from __future__ import annotations
 
-import json
 
+from duet.agents.wire_json import dumps as _json
 from duet.agents.events import ToolCall
 
 from .errors import APIError
@@ -22,8 +22,6 @@ DONE = b"data: [DONE]\n\n"
 PING = b": ping\n\n"
 
 
-def _json(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> bytes:

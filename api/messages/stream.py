@@ -10,8 +10,8 @@ The shapes are :mod:`duet.api.messages.protocol`'s models; a unit test holds the
 
 from __future__ import annotations
 
-import json
 
+from duet.agents.wire_json import dumps as _json
 from duet.agents.events import ToolCall
 
 from ..chunks import ChunkWriter
@@ -23,8 +23,6 @@ from .protocol import STOP_REASONS, MessageUsage, thinking_signature, tool_input
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
-def _json(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 _THINKING, _TEXT = 1, 2  # the kind of the open block

@@ -17,6 +17,7 @@ import time
 import uuid
 from typing import Any
 
+from duet.agents.wire_json import dumps as _json
 from duet.agents import ToolCall
 
 from ..chunks import ChunkWriter
@@ -39,8 +40,6 @@ from .protocol import (
 from .reader import CUSTOM_INPUT, ClientTool
 
 
-def _json(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def response_shell(response_id: str, wire: ResponsesRequest, tools: list[dict[str, Any]]) -> Response:
