@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
-from autogen_agentchat.base import Team, TerminationCondition
+from autogen_agentchat.base import OrTerminationCondition, Team, TerminationCondition
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
 from autogen_core import AgentRuntime, ComponentModel
@@ -73,6 +74,21 @@ def _close_from_sync_code(clients: Iterable[ChatCompletionClient]) -> None:
     closer = threading.Thread(target=asyncio.run, args=(close_all(),), name="duet-close-clients", daemon=True)
     closer.start()
     closer.join(CLOSE_TIMEOUT)
+
+
+class _InTurnOr(OrTerminationCondition):
+    # Duet's termination (duet_termination) as served: the stock condition gathers its conditions,
+    # a task for each on every message, for two checks that never wait; these are asked one after
+    # the other in the calling task. No docstring and the stock label: it dumps as the stock condition.
+    component_label = "OrTerminationCondition"
+
+    async def __call__(self, messages: Sequence[BaseAgentEvent | BaseChatMessage]) -> StopMessage | None:
+        if self.terminated:
+            raise RuntimeError("Termination condition has already been reached")
+        stops = [stop for condition in self._conditions if (stop := await condition(messages)) is not None]
+        if not stops:
+            return None
+        return StopMessage(content=", ".join(stop.content for stop in stops), source=", ".join(stop.source for stop in stops))
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +257,8 @@ class TeamFactory:
             for participant, client in zip(self._participants, clients, strict=True)
         ]
         termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
+        if team.termination_condition == _DUET_TERMINATION:
+            termination = _InTurnOr(*termination._conditions)  # type: ignore[union-attr]  # the two conditions it loaded
         return RoundRobinGroupChat(
             participants,
             name=team.name,
