@@ -220,12 +220,14 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
+        next_piece = call.first_piece
         try:
             while True:
                 try:
-                    piece = await call.next_piece()
+                    piece = await next_piece()
                 except StopAsyncIteration:
                     break
+                next_piece = call.stream.__anext__
                 if isinstance(piece, CreateResult):
                     result = piece
                     break
@@ -318,8 +320,9 @@ class _ReasoningCall:
         """Starts reading the first piece now: the request is sent in that read."""
         self._ahead = asyncio.get_running_loop().create_task(_first_piece(self.stream))
 
-    async def next_piece(self) -> Any:
-        """The stream's next piece; raises ``StopAsyncIteration`` at its end."""
+    async def first_piece(self) -> Any:
+        """The stream's first piece (read ahead, or now); raises ``StopAsyncIteration`` if it has none.
+        Read the rest from :attr:`stream`."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             return await ahead
