@@ -175,6 +175,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             return
         if call is not None:
             call.read_ahead()
+            await asyncio.sleep(0)  # the read starts now (it sends the request): before the team, not after its first step
             run.head_start(self.name, messages, call)
 
     async def _open_call(
