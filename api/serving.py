@@ -220,21 +220,24 @@ class Service:
                 observation.stream = run_request.stream
             # The disconnect watcher is live before the run exists, and cancels the run's token itself
             # (the model clients check it before each call): a client that leaves before a model call
-            # starts never costs one. One turn of the loop lets it see a client that is gone already.
+            # starts never costs one. The watcher's task is made first, so in the next turn of the
+            # loop it sees a client that is gone already before the run's first step does.
             token = CancellationToken()
             disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive, then=token.cancel))
-            await asyncio.sleep(0)
-            if disconnected.done():
-                return Response(status_code=499)
             response_id = f"{protocol.id_prefix}{uuid.uuid4().hex}"
             try:
-                # The duet starts now, while the response is still being returned.
                 run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
                                  request_id=response_id, user=run_request.user, cancellation_token=token,
                                  observer=observation)
             except BaseException:
                 disconnected.cancel()
                 raise
+            # One turn: the watcher looks, then the run takes its first step (its first model call goes
+            # out) while the response is still being made.
+            await asyncio.sleep(0)
+            if disconnected.done():
+                await run.close()
+                return Response(status_code=499)
             if run_request.stream:
                 writer = protocol.stream_writer(run_request, response_id)
                 renderer = Renderer(writer, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
