@@ -1,6 +1,6 @@
 """What a service loads at rest: the MCP library, httpx (HTTP tools) and the openai SDK (AutoGen's
-stock client) only when a pipeline uses them, and never ``requests`` (which jsonref, under autogen-core,
-would import for remote ``$ref``s no AutoGen schema has). Each check runs in a fresh interpreter, since this
+stock client) only when a pipeline uses them, PyYAML only with a configuration file, and never ``requests``
+(which jsonref, under autogen-core, would import for remote ``$ref``s no AutoGen schema has). Each check runs in a fresh interpreter, since this
 test process has imported everything already. MCP, HTTP-tool and stock-client pipelines working is
 tested over HTTP elsewhere (test_service_tools.py, test_errors.py)."""
 
@@ -19,7 +19,7 @@ from duet.agents.legacy_providers import NAMED_COMPONENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONAL_LIBRARIES = ("mcp", "httpx", "openai", "autogen_ext.tools.mcp", "autogen_ext.tools.http", "autogen_ext.models.openai",
-                      "requests")
+                      "requests", "yaml")
 
 
 STEPS = {  # each step's code, run one after the other in one interpreter
