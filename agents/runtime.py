@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
 import os
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from autogen_core import (
     EVENT_LOGGER_NAME,
@@ -17,9 +18,11 @@ from autogen_core import (
     AgentId,
     CancellationToken,
     MessageContext,
+    RoutedAgent,
     SingleThreadedAgentRuntime,
     TopicId,
 )
+from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
@@ -39,6 +42,52 @@ class _NoSpans:
         return _NO_SPAN
 
 
+class _FIFOLock(FIFOLock):
+    """AgentChat's ``FIFOLock`` (0.7.5, pinned; the same order and hand-over) whose waiting line is
+    made when a second message first waits: an ``asyncio.Queue`` is four deques (~2.5 KB), and a
+    team's group chat manager and agent containers each held one for every team a pipeline keeps."""
+
+    def __init__(self) -> None:  # FIFOLock.__init__ would make the queue
+        self._waiting: collections.deque[asyncio.Event] | None = None
+        self._locked = False
+
+    async def acquire(self) -> None:
+        if not self._locked:
+            self._locked = True
+            return
+        if self._waiting is None:
+            self._waiting = collections.deque()
+        event = asyncio.Event()
+        self._waiting.append(event)
+        await event.wait()
+
+    def release(self) -> None:
+        if self._waiting:
+            self._waiting.popleft().set()  # the lock passes to the next in line
+        else:
+            self._locked = False
+
+
+_handler_tables: dict[type[RoutedAgent], dict[type, list[Any]]] = {}
+"""One message-handler table per ``RoutedAgent`` class (see :func:`_lighten`)."""
+
+
+def _lighten(agent: Agent) -> None:
+    """Drops what every agent instance AgentChat makes for a team holds a copy of, though it is the
+    same for each: a ``RoutedAgent``'s handler table, built from its class (lists of the class's
+    handler functions by message type), is shared by the instances of a class whose tables are
+    equal; a ``SequentialRoutedAgent`` (the group chat manager, the agent containers) gets a lock
+    without a queue of its own until one is needed. Nothing reads or changes either after the agent
+    is made (autogen-core/AgentChat 0.7.5, pinned)."""
+    if isinstance(agent, RoutedAgent):
+        table = agent._handlers
+        shared = _handler_tables.setdefault(type(agent), table)
+        if shared is not table and shared == table:
+            agent._handlers = shared
+    if isinstance(agent, SequentialRoutedAgent) and type(agent._fifo_lock) is FIFOLock and not agent._fifo_lock._locked:
+        agent._fifo_lock = _FIFOLock()
+
+
 class LeanAgentRuntime(SingleThreadedAgentRuntime):
     """``SingleThreadedAgentRuntime`` without the work nobody asked for.
 
@@ -52,7 +101,9 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     spent a fifth of its CPU there). The event log is still written when a handler listens at INFO,
     the INFO lines still formatted when INFO is enabled, and spans still opened unless runtime
     tracing is disabled. Message ids are unique and UUID-shaped as AutoGen asks, but counted from
-    a random base per runtime instead of drawn from the OS for each message (``uuid4``).
+    a random base per runtime instead of drawn from the OS for each message (``uuid4``). The agents
+    it makes share what AgentChat would copy into each (:func:`_lighten`): a pipeline keeps a team,
+    and so these agents, for every request in flight.
 
     While nobody reads any of it (no INFO logging, no event log, no spans, no intervention
     handler: :meth:`_unobserved`), delivering a message skips the rest of that bookkeeping too:
@@ -83,6 +134,11 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         if not _event_logger.isEnabledFor(logging.INFO):
             return ""
         return super()._try_serialize(message)
+
+    async def _invoke_agent_factory(self, agent_factory: Callable[..., Any], agent_id: AgentId) -> Any:
+        agent = await super()._invoke_agent_factory(agent_factory, agent_id)
+        _lighten(agent)
+        return agent
 
     def _new_message_id(self) -> str:
         return f"{self._message_id_base}{next(self._message_count):012x}"

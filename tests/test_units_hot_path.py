@@ -156,6 +156,70 @@ def test_an_observed_lean_runtime_takes_the_stock_path(observed_by: str, monkeyp
     assert sorted(received) == sorted(stock_received) and tasks == stock_tasks
 
 
+# --- the agents a lean runtime makes: what is the same for each is shared ---------------------------
+
+from dataclasses import dataclass  # noqa: E402
+
+from autogen_agentchat.teams._group_chat._sequential_routed_agent import SequentialRoutedAgent  # noqa: E402
+from autogen_core import rpc  # noqa: E402
+
+
+@dataclass
+class Step:
+    number: int
+
+
+class InOrder(SequentialRoutedAgent):
+    """Handles ``Step`` one at a time, in arrival order (AgentChat's FIFO lock), the first slowest."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__("handles steps in order", sequential_message_types=[Step])
+        self.log = log
+
+    @rpc
+    async def on_step(self, message: Step, ctx: MessageContext) -> int:
+        self.log.append(f"start {message.number}")
+        await asyncio.sleep(0.02 * (3 - message.number))  # a later step would overtake an earlier one
+        self.log.append(f"end {message.number}")
+        return message.number
+
+
+async def _three_steps_at_once() -> tuple[list[str], list[Any]]:
+    """Two lean runtimes, each with an ``InOrder`` agent sent three steps at once; the first agent's
+    log, and both agents."""
+    logs: list[list[str]] = [[], []]
+    agents = []
+    for log in logs:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        await InOrder.register(runtime, "in_order", lambda log=log: InOrder(log))
+        runtime.start()
+        replies = await asyncio.wait_for(asyncio.gather(
+            *(runtime.send_message(Step(n), AgentId("in_order", "default")) for n in range(3))), 5)
+        assert replies == [0, 1, 2]
+        agents.append(await runtime.try_get_underlying_agent_instance(AgentId("in_order", "default"), InOrder))
+        await runtime.stop_when_idle()
+    return logs[0], agents
+
+
+def test_agents_of_a_lean_runtime_share_their_handler_table_and_keep_message_order() -> None:
+    """The handler table built from the class is one object for every instance, and the sequential
+    lock (with no queue until a message waits) still hands over in arrival order."""
+    log, (first, second) = asyncio.run(_three_steps_at_once())
+    assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+    assert first._handlers is second._handlers and set(first._handlers) == {Step}
+    assert not first._fifo_lock._locked and not first._fifo_lock._waiting
+
+
+def test_a_fresh_agent_of_a_lean_runtime_holds_no_waiting_line() -> None:
+    async def make() -> Any:
+        runtime = LeanAgentRuntime()
+        await InOrder.register(runtime, "in_order", lambda: InOrder([]))
+        return await runtime.try_get_underlying_agent_instance(AgentId("in_order", "default"), InOrder)
+
+    agent = asyncio.run(make())
+    assert agent._fifo_lock._waiting is None and not hasattr(agent._fifo_lock, "_queue")
+
+
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------
 
 from duet.agents import OpenAICompatibleClient  # noqa: E402
