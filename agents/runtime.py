@@ -9,7 +9,7 @@ import itertools
 import logging
 import os
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from autogen_core import (
     EVENT_LOGGER_NAME,
@@ -24,7 +24,8 @@ from autogen_core import (
 )
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
-from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, SendMessageEnvelope
+from autogen_core._serialization import MessageSerializer, SerializationRegistry
+from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, RunContext, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
 from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
 
@@ -88,6 +89,48 @@ def _lighten(agent: Agent) -> None:
         agent._fifo_lock = _FIFOLock()
 
 
+class _KnownSerializers(SerializationRegistry):
+    """The message serializers of every lean runtime in the process, by type name and content type.
+    The stock runtime keeps a registry of its own, and each team adds a serializer for each message
+    type its agents handle to it when it first runs (about 1.5 KB a team); the first one added for
+    a type is kept. A single-process runtime only uses them to write its event log."""
+
+    def add_serializer(self, serializer: MessageSerializer[Any] | Sequence[MessageSerializer[Any]]) -> None:
+        if isinstance(serializer, Sequence):
+            for one in serializer:
+                self.add_serializer(one)
+        elif (serializer.type_name, serializer.data_content_type) not in self._serializers:
+            self._serializers[(serializer.type_name, serializer.data_content_type)] = serializer
+
+
+_KNOWN_SERIALIZERS = _KnownSerializers()
+
+
+class _StopFlag:
+    """What ``RunContext`` asks of its ``asyncio.Event``, which nothing awaits: set and read."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class _RunContext(RunContext):
+    """autogen-core's ``RunContext`` (0.7.5, pinned) with a flag for its stop signal instead of an
+    ``asyncio.Event`` and the waiting list every event makes (its loop only reads the signal)."""
+
+    def __init__(self, runtime: SingleThreadedAgentRuntime) -> None:  # RunContext.__init__ would make the event
+        self._runtime = runtime
+        self._run_task = asyncio.create_task(self._run())
+        self._stopped = _StopFlag()  # type: ignore[assignment]
+
+
 class LeanAgentRuntime(SingleThreadedAgentRuntime):
     """``SingleThreadedAgentRuntime`` without the work nobody asked for.
 
@@ -102,8 +145,9 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     the INFO lines still formatted when INFO is enabled, and spans still opened unless runtime
     tracing is disabled. Message ids are unique and UUID-shaped as AutoGen asks, but counted from
     a random base per runtime instead of drawn from the OS for each message (``uuid4``). The agents
-    it makes share what AgentChat would copy into each (:func:`_lighten`): a pipeline keeps a team,
-    and so these agents, for every request in flight.
+    it makes share what AgentChat would copy into each (:func:`_lighten`), every lean runtime shares
+    one registry of message serializers, and a run's stop signal is a flag: a pipeline keeps a team,
+    and so a runtime and its agents, for every request in flight.
 
     While nobody reads any of it (no INFO logging, no event log, no spans, no intervention
     handler: :meth:`_unobserved`), delivering a message skips the rest of that bookkeeping too:
@@ -118,6 +162,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         super().__init__(**kwargs)
         self._message_id_base = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-": a version-4 UUID's head
         self._message_count = itertools.count()
+        self._serialization_registry = _KNOWN_SERIALIZERS
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
@@ -134,6 +179,11 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         if not _event_logger.isEnabledFor(logging.INFO):
             return ""
         return super()._try_serialize(message)
+
+    def start(self) -> None:
+        if self._run_context is not None:
+            raise RuntimeError("Runtime is already started")  # as the stock runtime
+        self._run_context = _RunContext(self)
 
     async def _invoke_agent_factory(self, agent_factory: Callable[..., Any], agent_id: AgentId) -> Any:
         agent = await super()._invoke_agent_factory(agent_factory, agent_id)

@@ -220,6 +220,25 @@ def test_a_fresh_agent_of_a_lean_runtime_holds_no_waiting_line() -> None:
     assert agent._fifo_lock._waiting is None and not hasattr(agent._fifo_lock, "_queue")
 
 
+def test_lean_runtimes_share_one_serializer_registry_that_still_serves_the_event_log(caplog: pytest.LogCaptureFixture) -> None:
+    """A team adds a serializer for each message type to its runtime when it first runs: one registry
+    for every lean runtime keeps the first, and the event log (when enabled) still gets the JSON."""
+    from autogen_core import EVENT_LOGGER_NAME
+    from autogen_core._serialization import try_get_known_serializers_for_type
+    from pydantic import BaseModel
+
+    class Note(BaseModel):
+        text: str
+
+    first, second = LeanAgentRuntime(), LeanAgentRuntime()
+    first.add_message_serializer(try_get_known_serializers_for_type(Note))
+    kept = dict(second._serialization_registry._serializers)
+    second.add_message_serializer(try_get_known_serializers_for_type(Note))
+    assert second._serialization_registry._serializers == kept  # the same serializer objects, not new ones
+    caplog.set_level(logging.INFO, logger=EVENT_LOGGER_NAME)
+    assert json.loads(second._try_serialize(Note(text="hi"))) == {"text": "hi"}
+
+
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------
 
 from duet.agents import OpenAICompatibleClient  # noqa: E402
