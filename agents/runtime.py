@@ -89,6 +89,34 @@ def _lighten(agent: Agent) -> None:
         agent._fifo_lock = _FIFOLock()
 
 
+class _FirstWaitEvent(asyncio.Event):
+    """An ``asyncio.Event`` whose waiting list is made by the first ``wait()`` (an event that is only
+    set, cleared and read holds none)."""
+
+    def __init__(self) -> None:  # asyncio.Event.__init__ would make the deque
+        self._waiters = ()  # type: ignore[assignment]  # iterated by set(): empty until someone waits
+        self._value = False
+
+    async def wait(self) -> bool:
+        if not self._value and type(self._waiters) is tuple:
+            self._waiters = collections.deque()
+        return await super().wait()
+
+
+def lighten_queue(queue: Any) -> Any:
+    """Drops the two of an unbounded queue's four deques (~760 bytes each) it uses only when waited
+    on: the putters' line (a put on an unbounded queue never waits) and the ``join()`` event's
+    waiting list (made by the first ``join()``). For an ``asyncio.Queue`` or autogen-core's copy of
+    it (the same fields; 0.7.5, pinned); a bounded queue is returned as it is. A team and its
+    runtime each hold such a queue, and a pipeline keeps a team for every request in flight."""
+    if queue._maxsize <= 0 and not queue._putters and queue._finished.is_set():
+        queue._putters = ()
+        finished = _FirstWaitEvent()
+        finished.set()
+        queue._finished = finished
+    return queue
+
+
 class _KnownSerializers(SerializationRegistry):
     """The message serializers of every lean runtime in the process, by type name and content type.
     The stock runtime keeps a registry of its own, and each team adds a serializer for each message
@@ -146,8 +174,9 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     tracing is disabled. Message ids are unique and UUID-shaped as AutoGen asks, but counted from
     a random base per runtime instead of drawn from the OS for each message (``uuid4``). The agents
     it makes share what AgentChat would copy into each (:func:`_lighten`), every lean runtime shares
-    one registry of message serializers, and a run's stop signal is a flag: a pipeline keeps a team,
-    and so a runtime and its agents, for every request in flight.
+    one registry of message serializers, a run's stop signal is a flag, and its message queue makes
+    no deque it does not use (:func:`lighten_queue`): a pipeline keeps a team, and so a runtime and
+    its agents, for every request in flight.
 
     While nobody reads any of it (no INFO logging, no event log, no spans, no intervention
     handler: :meth:`_unobserved`), delivering a message skips the rest of that bookkeeping too:
@@ -163,6 +192,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         self._message_id_base = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-": a version-4 UUID's head
         self._message_count = itertools.count()
         self._serialization_registry = _KNOWN_SERIALIZERS
+        lighten_queue(self._message_queue)
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
@@ -184,6 +214,18 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         if self._run_context is not None:
             raise RuntimeError("Runtime is already started")  # as the stock runtime
         self._run_context = _RunContext(self)
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            lighten_queue(self._message_queue)  # the fresh queue the stock runtime made
+
+    async def stop_when_idle(self) -> None:
+        try:
+            await super().stop_when_idle()
+        finally:
+            lighten_queue(self._message_queue)
 
     async def _invoke_agent_factory(self, agent_factory: Callable[..., Any], agent_id: AgentId) -> Any:
         agent = await super()._invoke_agent_factory(agent_factory, agent_id)

@@ -239,6 +239,39 @@ def test_lean_runtimes_share_one_serializer_registry_that_still_serves_the_event
     assert json.loads(second._try_serialize(Note(text="hi"))) == {"text": "hi"}
 
 
+@pytest.mark.parametrize("kind", ["asyncio", "autogen_core"])
+def test_a_lightened_queue_holds_two_deques_fewer_and_still_joins(kind: str) -> None:
+    """Unbounded: no putters' line, and the join event's waiting list only once ``join()`` waits;
+    puts, gets, ``task_done`` and a waiting ``join()`` behave as before. A bounded queue is left as it is."""
+    import collections
+
+    from autogen_core._queue import Queue as AutogenQueue
+
+    from duet.agents.runtime import lighten_queue
+
+    make = asyncio.Queue if kind == "asyncio" else AutogenQueue
+
+    async def run() -> list[str]:
+        queue = lighten_queue(make())
+        assert queue._putters == () and queue._finished._waiters == ()
+        done: list[str] = []
+        for item in ("a", "b"):
+            await queue.put(item)
+        joined = asyncio.ensure_future(queue.join())
+        await asyncio.sleep(0)
+        assert not joined.done() and len(queue._finished._waiters) == 1
+        while not queue.empty():
+            done.append(await queue.get())
+            queue.task_done()
+        await asyncio.wait_for(joined, 1)
+        await asyncio.wait_for(queue.join(), 1)  # set: returns at once
+        bounded = make(maxsize=1)
+        assert lighten_queue(bounded)._putters == collections.deque() and type(bounded._finished) is asyncio.Event
+        return done
+
+    assert asyncio.run(run()) == ["a", "b"]
+
+
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------
 
 from duet.agents import OpenAICompatibleClient  # noqa: E402
