@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine, Sequence
 
 from autogen_core import (
     EVENT_LOGGER_NAME,
@@ -15,11 +16,14 @@ from autogen_core import (
     AgentId,
     CancellationToken,
     MessageContext,
+    RoutedAgent,
     SingleThreadedAgentRuntime,
     TopicId,
 )
+from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
-from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, SendMessageEnvelope
+from autogen_core._serialization import MessageSerializer, SerializationRegistry
+from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, RunContext, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
 from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
 
@@ -39,6 +43,122 @@ class _NoSpans:
         return _NO_SPAN
 
 
+class _FIFOLock(FIFOLock):
+    """AgentChat's ``FIFOLock`` (0.7.5, pinned; the same order and hand-over) whose waiting line is
+    made when a second message first waits: an ``asyncio.Queue`` is four deques (~2.5 KB), and a
+    team's group chat manager and agent containers each held one for every team a pipeline keeps."""
+
+    def __init__(self) -> None:  # FIFOLock.__init__ would make the queue
+        self._waiting: collections.deque[asyncio.Event] | None = None
+        self._locked = False
+
+    async def acquire(self) -> None:
+        if not self._locked:
+            self._locked = True
+            return
+        if self._waiting is None:
+            self._waiting = collections.deque()
+        event = asyncio.Event()
+        self._waiting.append(event)
+        await event.wait()
+
+    def release(self) -> None:
+        if self._waiting:
+            self._waiting.popleft().set()  # the lock passes to the next in line
+        else:
+            self._locked = False
+
+
+_handler_tables: dict[type[RoutedAgent], dict[type, list[Any]]] = {}
+"""One message-handler table per ``RoutedAgent`` class (see :func:`_lighten`)."""
+
+
+def _lighten(agent: Agent) -> None:
+    """Drops what every agent instance AgentChat makes for a team holds a copy of, though it is the
+    same for each: a ``RoutedAgent``'s handler table, built from its class (lists of the class's
+    handler functions by message type), is shared by the instances of a class whose tables are
+    equal; a ``SequentialRoutedAgent`` (the group chat manager, the agent containers) gets a lock
+    without a queue of its own until one is needed. Nothing reads or changes either after the agent
+    is made (autogen-core/AgentChat 0.7.5, pinned)."""
+    if isinstance(agent, RoutedAgent):
+        table = agent._handlers
+        shared = _handler_tables.setdefault(type(agent), table)
+        if shared is not table and shared == table:
+            agent._handlers = shared
+    if isinstance(agent, SequentialRoutedAgent) and type(agent._fifo_lock) is FIFOLock and not agent._fifo_lock._locked:
+        agent._fifo_lock = _FIFOLock()
+
+
+class _FirstWaitEvent(asyncio.Event):
+    """An ``asyncio.Event`` whose waiting list is made by the first ``wait()`` (an event that is only
+    set, cleared and read holds none)."""
+
+    def __init__(self) -> None:  # asyncio.Event.__init__ would make the deque
+        self._waiters = ()  # type: ignore[assignment]  # iterated by set(): empty until someone waits
+        self._value = False
+
+    async def wait(self) -> bool:
+        if not self._value and type(self._waiters) is tuple:
+            self._waiters = collections.deque()
+        return await super().wait()
+
+
+def lighten_queue(queue: Any) -> Any:
+    """Drops the two of an unbounded queue's four deques (~760 bytes each) it uses only when waited
+    on: the putters' line (a put on an unbounded queue never waits) and the ``join()`` event's
+    waiting list (made by the first ``join()``). For an ``asyncio.Queue`` or autogen-core's copy of
+    it (the same fields; 0.7.5, pinned); a bounded queue is returned as it is. A team and its
+    runtime each hold such a queue, and a pipeline keeps a team for every request in flight."""
+    if queue._maxsize <= 0 and not queue._putters and queue._finished.is_set():
+        queue._putters = ()
+        finished = _FirstWaitEvent()
+        finished.set()
+        queue._finished = finished
+    return queue
+
+
+class _KnownSerializers(SerializationRegistry):
+    """The message serializers of every lean runtime in the process, by type name and content type.
+    The stock runtime keeps a registry of its own, and each team adds a serializer for each message
+    type its agents handle to it when it first runs (about 1.5 KB a team); the first one added for
+    a type is kept. A single-process runtime only uses them to write its event log."""
+
+    def add_serializer(self, serializer: MessageSerializer[Any] | Sequence[MessageSerializer[Any]]) -> None:
+        if isinstance(serializer, Sequence):
+            for one in serializer:
+                self.add_serializer(one)
+        elif (serializer.type_name, serializer.data_content_type) not in self._serializers:
+            self._serializers[(serializer.type_name, serializer.data_content_type)] = serializer
+
+
+_KNOWN_SERIALIZERS = _KnownSerializers()
+
+
+class _StopFlag:
+    """What ``RunContext`` asks of its ``asyncio.Event``, which nothing awaits: set and read."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class _RunContext(RunContext):
+    """autogen-core's ``RunContext`` (0.7.5, pinned) with a flag for its stop signal instead of an
+    ``asyncio.Event`` and the waiting list every event makes (its loop only reads the signal)."""
+
+    def __init__(self, runtime: SingleThreadedAgentRuntime) -> None:  # RunContext.__init__ would make the event
+        self._runtime = runtime
+        self._run_task = asyncio.create_task(self._run())
+        self._stopped = _StopFlag()  # type: ignore[assignment]
+
+
 class LeanAgentRuntime(SingleThreadedAgentRuntime):
     """``SingleThreadedAgentRuntime`` without the work nobody asked for.
 
@@ -53,6 +173,10 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     the INFO lines still formatted when INFO is enabled, and spans still opened unless runtime
     tracing is disabled. Message ids are unique and UUID-shaped as AutoGen asks, but counted from
     a random base instead of drawn from the OS for each message (:func:`~duet.agents.ids.new_message_id`).
+    The agents it makes share what AgentChat would copy into each (:func:`_lighten`), every lean
+    runtime shares one registry of message serializers, a run's stop signal is a flag, and its
+    message queue makes no deque it does not use (:func:`lighten_queue`): a pipeline keeps a team,
+    and so a runtime and its agents, for every request in flight.
 
     While nobody reads any of it (no INFO logging, no event log, no spans, no intervention
     handler: :meth:`_unobserved`), delivering a message skips the rest of that bookkeeping too:
@@ -66,6 +190,8 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._serialization_registry = _KNOWN_SERIALIZERS
+        lighten_queue(self._message_queue)
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
@@ -82,6 +208,28 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         if not _event_logger.isEnabledFor(logging.INFO):
             return ""
         return super()._try_serialize(message)
+
+    def start(self) -> None:
+        if self._run_context is not None:
+            raise RuntimeError("Runtime is already started")  # as the stock runtime
+        self._run_context = _RunContext(self)
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            lighten_queue(self._message_queue)  # the fresh queue the stock runtime made
+
+    async def stop_when_idle(self) -> None:
+        try:
+            await super().stop_when_idle()
+        finally:
+            lighten_queue(self._message_queue)
+
+    async def _invoke_agent_factory(self, agent_factory: Callable[..., Any], agent_id: AgentId) -> Any:
+        agent = await super()._invoke_agent_factory(agent_factory, agent_id)
+        _lighten(agent)
+        return agent
 
     async def send_message(
         self,

@@ -23,7 +23,7 @@ from .messages import ANSWERER_NAME, REASONER_NAME
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from .pool import TeamSlot
 from .reasoning_agent import ReasoningAgent
-from .runtime import LeanAgentRuntime
+from .runtime import LeanAgentRuntime, lighten_queue
 from .settings import REASONER_MODEL_INFO, PipelineSettings
 from .team import build_team, duet_termination
 from .team_files import diagnose, load_team
@@ -259,7 +259,7 @@ class TeamFactory:
         termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
         if team.termination_condition == _DUET_TERMINATION:
             termination = _InTurnOr(*termination._conditions)  # type: ignore[union-attr]  # the two conditions it loaded
-        return RoundRobinGroupChat(
+        made = RoundRobinGroupChat(
             participants,
             name=team.name,
             description=team.description,
@@ -268,3 +268,5 @@ class TeamFactory:
             emit_team_events=team.emit_team_events,
             runtime=runtime,
         )
+        lighten_queue(made._output_message_queue)  # not exported (AgentChat 0.7.5): held by every pooled team
+        return made

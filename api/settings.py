@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Mapping, Optional, Union
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
@@ -19,6 +18,9 @@ from duet.agents import AnswerSettings, GroundingSettings, PipelineSettings, Rea
 from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
 from duet.agents.settings import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
 from duet.workbenches import ToolsSettings
+
+if TYPE_CHECKING:
+    import yaml  # imported by ConfigFile.load: a service without a configuration file never loads PyYAML
 
 
 MiB = 1024 * 1024
@@ -265,6 +267,8 @@ class ConfigFile(ServiceOptions):
             text = path.read_text()
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror or exc}") from None
+        import yaml
+
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:

@@ -11,7 +11,8 @@ Starts the scripted upstream, ``duet serve`` and the relay as separate processes
   server's resident memory over its level after a warm-up, at its highest while they are open,
   divided by the number of streams; and the streams' median duration.
 
-Ratios are Duet / relay. Run from the repository root: ``python bench/growth.py`` (``--help``).
+Ratios are Duet / relay. Run from the repository root: ``python bench/growth.py`` (``--help``); only
+the memory case: ``python bench/growth.py --history "" --tools ""``.
 """
 
 from __future__ import annotations
@@ -126,15 +127,15 @@ def memory_table(results: dict[str, dict[str, float]], streams: int) -> str:
 
 
 def numbers(text: str) -> list[int]:
-    return [int(part) for part in text.split(",")]
+    return [int(part) for part in text.split(",") if part.strip()]  # "": none (only the memory case: --history "" --tools "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=100, help="requests per case, server and round (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are printed (default 3)")
-    parser.add_argument("--history", type=numbers, default=[2, 50, 200], help="history lengths (default 2,50,200)")
-    parser.add_argument("--tools", type=numbers, default=[1, 32, 128], help="client tool counts (default 1,32,128)")
+    parser.add_argument("--history", type=numbers, default=[2, 50, 200], help="history lengths (default 2,50,200; \"\": none)")
+    parser.add_argument("--tools", type=numbers, default=[1, 32, 128], help="client tool counts (default 1,32,128; \"\": none)")
     parser.add_argument("--streams", type=int, default=200, help="slow streams held open at once (default 200; 0: skip)")
     parser.add_argument("--delay-between", type=float, default=0.1, help="the slow upstream's seconds between chunks (default 0.1)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -142,8 +143,10 @@ def main() -> None:
 
     load_before = os.getloadavg()
     started = time.monotonic()
-    with served(relay=True) as services:
-        cpu = asyncio.run(measure_cpu(args, servers_of(services)))
+    cpu: dict[str, dict[str, float]] = {}
+    if args.history or args.tools:
+        with served(relay=True) as services:
+            cpu = asyncio.run(measure_cpu(args, servers_of(services)))
     memory: dict[str, dict[str, float]] = {}
     if args.streams:
         # Duet's cap on completions at once must not turn streams away.
@@ -157,7 +160,8 @@ def main() -> None:
     print(f"growth: Duet against the minimal relay; {os.cpu_count()} cores; medians of {args.rounds} interleaved rounds of "
           f"{args.requests} requests; load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
           f"{time.monotonic() - started:.0f} s")
-    print(cpu_table(cpu))
+    if cpu:
+        print(cpu_table(cpu))
     if memory:
         print()
         print(f"{args.streams} streams open at once, the upstream sending a chunk every {args.delay_between:g} s "

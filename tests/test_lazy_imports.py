@@ -1,5 +1,6 @@
 """What a service loads at rest: the MCP library, httpx (HTTP tools) and the openai SDK (AutoGen's
-stock client) only when a pipeline uses them. Each check runs in a fresh interpreter, since this
+stock client) only when a pipeline uses them, PyYAML only with a configuration file, and never ``requests``
+(which jsonref, under autogen-core, would import for remote ``$ref``s no AutoGen schema has). Each check runs in a fresh interpreter, since this
 test process has imported everything already. MCP, HTTP-tool and stock-client pipelines working is
 tested over HTTP elsewhere (test_service_tools.py, test_errors.py)."""
 
@@ -17,13 +18,15 @@ import pytest
 from duet.agents.legacy_providers import NAMED_COMPONENTS
 
 ROOT = Path(__file__).resolve().parent.parent
-OPTIONAL_LIBRARIES = ("mcp", "httpx", "openai", "autogen_ext.tools.mcp", "autogen_ext.tools.http", "autogen_ext.models.openai")
+OPTIONAL_LIBRARIES = ("mcp", "httpx", "openai", "autogen_ext.tools.mcp", "autogen_ext.tools.http", "autogen_ext.models.openai",
+                      "requests", "yaml")
 
 
 STEPS = {  # each step's code, run one after the other in one interpreter
     "the default app": "from duet.api.app import create_app\napp = create_app()",
     "MCP tool": "from duet.workbenches import McpServerTool",
     "HTTP tool": "from duet.workbenches import HttpServiceTool",
+    "requests imported by the caller": "import requests",
 }
 
 
@@ -50,6 +53,10 @@ def test_the_default_app_loads_no_optional_library(loaded: dict[str, list[str]])
 def test_the_public_names_load_their_library_on_first_use(loaded: dict[str, list[str]]) -> None:
     assert {"mcp", "autogen_ext.tools.mcp"} <= set(loaded["MCP tool"])
     assert {"httpx", "autogen_ext.tools.http"} <= set(loaded["HTTP tool"])
+
+
+def test_requests_still_imports_for_the_callers_code(loaded: dict[str, list[str]]) -> None:
+    assert "requests" in loaded["requests imported by the caller"]
 
 
 def test_unknown_names_are_still_attribute_errors() -> None:

@@ -156,6 +156,122 @@ def test_an_observed_lean_runtime_takes_the_stock_path(observed_by: str, monkeyp
     assert sorted(received) == sorted(stock_received) and tasks == stock_tasks
 
 
+# --- the agents a lean runtime makes: what is the same for each is shared ---------------------------
+
+from dataclasses import dataclass  # noqa: E402
+
+from autogen_agentchat.teams._group_chat._sequential_routed_agent import SequentialRoutedAgent  # noqa: E402
+from autogen_core import rpc  # noqa: E402
+
+
+@dataclass
+class Step:
+    number: int
+
+
+class InOrder(SequentialRoutedAgent):
+    """Handles ``Step`` one at a time, in arrival order (AgentChat's FIFO lock), the first slowest."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__("handles steps in order", sequential_message_types=[Step])
+        self.log = log
+
+    @rpc
+    async def on_step(self, message: Step, ctx: MessageContext) -> int:
+        self.log.append(f"start {message.number}")
+        await asyncio.sleep(0.02 * (3 - message.number))  # a later step would overtake an earlier one
+        self.log.append(f"end {message.number}")
+        return message.number
+
+
+async def _three_steps_at_once() -> tuple[list[str], list[Any]]:
+    """Two lean runtimes, each with an ``InOrder`` agent sent three steps at once; the first agent's
+    log, and both agents."""
+    logs: list[list[str]] = [[], []]
+    agents = []
+    for log in logs:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        await InOrder.register(runtime, "in_order", lambda log=log: InOrder(log))
+        runtime.start()
+        replies = await asyncio.wait_for(asyncio.gather(
+            *(runtime.send_message(Step(n), AgentId("in_order", "default")) for n in range(3))), 5)
+        assert replies == [0, 1, 2]
+        agents.append(await runtime.try_get_underlying_agent_instance(AgentId("in_order", "default"), InOrder))
+        await runtime.stop_when_idle()
+    return logs[0], agents
+
+
+def test_agents_of_a_lean_runtime_share_their_handler_table_and_keep_message_order() -> None:
+    """The handler table built from the class is one object for every instance, and the sequential
+    lock (with no queue until a message waits) still hands over in arrival order."""
+    log, (first, second) = asyncio.run(_three_steps_at_once())
+    assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+    assert first._handlers is second._handlers and set(first._handlers) == {Step}
+    assert not first._fifo_lock._locked and not first._fifo_lock._waiting
+
+
+def test_a_fresh_agent_of_a_lean_runtime_holds_no_waiting_line() -> None:
+    async def make() -> Any:
+        runtime = LeanAgentRuntime()
+        await InOrder.register(runtime, "in_order", lambda: InOrder([]))
+        return await runtime.try_get_underlying_agent_instance(AgentId("in_order", "default"), InOrder)
+
+    agent = asyncio.run(make())
+    assert agent._fifo_lock._waiting is None and not hasattr(agent._fifo_lock, "_queue")
+
+
+def test_lean_runtimes_share_one_serializer_registry_that_still_serves_the_event_log(caplog: pytest.LogCaptureFixture) -> None:
+    """A team adds a serializer for each message type to its runtime when it first runs: one registry
+    for every lean runtime keeps the first, and the event log (when enabled) still gets the JSON."""
+    from autogen_core import EVENT_LOGGER_NAME
+    from autogen_core._serialization import try_get_known_serializers_for_type
+    from pydantic import BaseModel
+
+    class Note(BaseModel):
+        text: str
+
+    first, second = LeanAgentRuntime(), LeanAgentRuntime()
+    first.add_message_serializer(try_get_known_serializers_for_type(Note))
+    kept = dict(second._serialization_registry._serializers)
+    second.add_message_serializer(try_get_known_serializers_for_type(Note))
+    assert second._serialization_registry._serializers == kept  # the same serializer objects, not new ones
+    caplog.set_level(logging.INFO, logger=EVENT_LOGGER_NAME)
+    assert json.loads(second._try_serialize(Note(text="hi"))) == {"text": "hi"}
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "autogen_core"])
+def test_a_lightened_queue_holds_two_deques_fewer_and_still_joins(kind: str) -> None:
+    """Unbounded: no putters' line, and the join event's waiting list only once ``join()`` waits;
+    puts, gets, ``task_done`` and a waiting ``join()`` behave as before. A bounded queue is left as it is."""
+    import collections
+
+    from autogen_core._queue import Queue as AutogenQueue
+
+    from duet.agents.runtime import lighten_queue
+
+    make = asyncio.Queue if kind == "asyncio" else AutogenQueue
+
+    async def run() -> list[str]:
+        queue = lighten_queue(make())
+        assert queue._putters == () and queue._finished._waiters == ()
+        done: list[str] = []
+        for item in ("a", "b"):
+            await queue.put(item)
+        joined = asyncio.ensure_future(queue.join())
+        await asyncio.sleep(0)
+        assert not joined.done() and len(queue._finished._waiters) == 1
+        while not queue.empty():
+            done.append(await queue.get())
+            queue.task_done()
+        await asyncio.wait_for(joined, 1)
+        await asyncio.wait_for(queue.join(), 1)  # set: returns at once
+        bounded = make(maxsize=1)
+        assert lighten_queue(bounded)._putters == collections.deque() and type(bounded._finished) is asyncio.Event
+        return done
+
+    assert asyncio.run(run()) == ["a", "b"]
+
+
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------
 
 from duet.agents import OpenAICompatibleClient  # noqa: E402
