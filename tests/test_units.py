@@ -67,9 +67,14 @@ def test_workbench_shadows_service_tools_with_client_tools() -> None:
         return query
 
     service = FunctionTool(lookup, description="service lookup")
+    other = FunctionTool(lookup, description="another service tool", name="other")
     client = ProxyTool("lookup", "client lookup", {"type": "object"})
+    workbench = DuetWorkbench.for_request([service, other], [client])
+    assert [t.name for t in workbench.tools] == ["lookup", "other"] and workbench.client_tool("lookup") is client
+    assert workbench.service_tools == [other] and workbench.client_tool("other") is None
+    workbench = DuetWorkbench.for_request([service, other], [])
+    assert workbench.service_tools == [service, other] and [t.name for t in workbench.tools] == ["lookup", "other"]
     workbench = DuetWorkbench.for_request([service], [client])
-    assert [t.name for t in workbench.tools] == ["lookup"] and workbench.client_tool("lookup") is client
     schemas = asyncio.run(workbench.list_tools())
     assert schemas == [{"name": "lookup", "description": "client lookup", "parameters": {"type": "object"}}]
 
