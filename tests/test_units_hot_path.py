@@ -224,6 +224,28 @@ def test_a_tool_holding_other_objects_is_built_each_time() -> None:
     assert one is not two and one.schema["parameters"]["x-marker"] is entry["function"]["parameters"]["x-marker"]
 
 
+def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
+    from pydantic import ValidationError
+
+    from duet.api.chat import client_tools_of
+    from duet.api.protocol import ChatCompletionRequest, KnownTools
+
+    def request(*tools: dict[str, Any]) -> tuple[ChatCompletionRequest, dict[str, Any]]:
+        body = json.loads(json.dumps({"model": "duet", "messages": [{"role": "user", "content": "Hi"}], "tools": tools}))
+        return ChatCompletionRequest.model_validate(body), body
+
+    first, first_body = request(_entry("checked_once"), _entry("checked_too"))
+    second, second_body = request(_entry("checked_once"), _entry("checked_too"))
+    assert isinstance(first.tools, KnownTools) and second.tools is first.tools  # the next request's equal list
+    assert client_tools_of(second, second_body) == client_tools_of(first, first_body) == proxy_tools_from_openai(second_body["tools"])
+    bad = _entry("checked_once")
+    bad["function"]["parameters"]["type"] = "string"
+    for _ in range(2):  # an invalid list is never kept
+        with pytest.raises(ValidationError, match="tools.1.function.parameters"):
+            request(_entry("checked_too"), bad)
+    assert request(_entry("checked_once"), _entry("checked_too"))[0].tools is first.tools
+
+
 def test_the_tool_cache_is_bounded() -> None:
     cache: ContentCache[ProxyTool] = ContentCache(max_entries=3, max_bytes=64 * 1000)
     tools = [cache.get_or_make(_entry(f"tool_{i}"), ProxyTool.from_openai) for i in range(5)]

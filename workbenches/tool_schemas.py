@@ -77,10 +77,11 @@ class ContentCache(Generic[_V]):
                 old, _ = self._entries.popitem(last=False)
                 self._bytes -= len(old)
 
-    def get_or_make(self, value: Any, make: Callable[[Any], _V]) -> _V:
+    def get_or_make(self, value: Any, make: Callable[[Any], _V], key: bytes | None = None) -> _V:
         """What ``make`` makes of ``value``: made once per content, from a private copy of it (read
-        back from its key) that no caller can change after; every time for a value without a key."""
-        key = content_key(value)
+        back from its key) that no caller can change after; every time for a value without a key.
+        ``key``: the value's :func:`content_key`, when the caller has it already."""
+        key = key or content_key(value)
         if key is None:
             return make(value)
         made = self.get(key)
@@ -112,14 +113,17 @@ def _proxy_tool_list(tools: list[Mapping[str, Any]]) -> tuple[ProxyTool, ...]:
     return proxies
 
 
-def proxy_tools_from_openai(tools: Iterable[Mapping[str, Any]]) -> list[ProxyTool]:
+def proxy_tools_from_openai(tools: Iterable[Mapping[str, Any]], key: bytes | None = None) -> list[ProxyTool]:
     """One :class:`ProxyTool` per OpenAI ``tools`` (or legacy ``functions``) entry. A proxy tool holds
     no state of a request, so requests share them: a list seen before gives the same tools at the cost
     of one :func:`content_key`, and an entry seen before (in another list) gives the same tool; what is
     derived from a tool's schema (the model client's encoding, the reasoning prompt's line) is
     therefore derived once, not per request.
 
+    ``key``: the list's :func:`content_key`, when the caller has it already (the validation of
+    a request's tools keys them: :class:`duet.api.protocol.KnownTools`).
+
     Raises ``ValueError`` when two entries share a name, which no model could tell apart.
     """
     entries = tools if type(tools) is list else list(tools)
-    return list(_tool_lists.get_or_make(entries, _proxy_tool_list))
+    return list(_tool_lists.get_or_make(entries, _proxy_tool_list, key))
