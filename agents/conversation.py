@@ -36,6 +36,11 @@ from .thinking import strip_think_blocks, think_text
 
 MISSING_RESULT = "(the client sent no result for this call)"
 
+# The validators behind UserMessage(...) and co., called directly (the model's __init__ adds a Python frame per message).
+_new_user = UserMessage.__pydantic_validator__.validate_python
+_new_assistant = AssistantMessage.__pydantic_validator__.validate_python
+_new_system = SystemMessage.__pydantic_validator__.validate_python
+
 
 class ConversationError(ValueError):
     """A message the duet cannot use; ``param`` points at it (``messages[2].content``)."""
@@ -196,10 +201,23 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
             results = []
 
     for index, message in enumerate(messages):
-        param = f"messages[{index}]"
         if type(message) is not dict and not isinstance(message, Mapping):
-            raise ConversationError("each message must be an object", param)
+            raise ConversationError("each message must be an object", f"messages[{index}]")
         role = message.get("role")
+        content = message.get("content")
+        if type(content) is str and not pending and not results:
+            # Most of a long history: plain text of the three common roles, built without the checks
+            # (and the error paths) that other content needs.
+            if role == "user":
+                result.append(_new_user({"content": content, "source": "user"}))
+                continue
+            if role == "assistant" and "tool_calls" not in message and "function_call" not in message:
+                result.append(_new_assistant({"content": strip_think_blocks(content), "source": "assistant"}))
+                continue
+            if role == "system" or role == "developer":
+                result.append(_new_system({"content": content}))
+                continue
+        param = f"messages[{index}]"
         if role in ("tool", "function"):
             content = _text(message.get("content"), f"{param}.content")
             if role == "tool":
