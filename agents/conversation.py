@@ -279,13 +279,13 @@ def last_user_text(conversation: Sequence[LLMMessage]) -> str:
 
 def without_images(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
     """The conversation for a model without vision: each image becomes a short note."""
-    out: list[LLMMessage] = []
-    for message in conversation:
-        if isinstance(message, UserMessage) and not isinstance(message.content, str):
+    out = list(conversation)
+    for index, message in enumerate(out):
+        # A text turn (nearly all of them) is passed over by its content's class, before isinstance.
+        if message.content.__class__ is not str and isinstance(message, UserMessage):
             if any(isinstance(part, Image) for part in message.content):
                 text = "\n".join(part if isinstance(part, str) else "[image omitted]" for part in message.content)
-                message = UserMessage(content=text, source=message.source)
-        out.append(message)
+                out[index] = UserMessage(content=text, source=message.source)
     return out
 
 
@@ -325,12 +325,8 @@ def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
         run_message = unchanged if not run else None
         run.append(text)
 
-    for message in without_images(conversation):
-        if isinstance(message, SystemMessage):
-            end_run()
-            run_role = ""
-            out.append(message)
-        elif isinstance(message, UserMessage):
+    for message in without_images(conversation):  # the commonest kinds first: a long history is mostly text turns
+        if isinstance(message, UserMessage):
             if isinstance(message.content, str):
                 add("user", message.content, message if message.source == "user" else None)
             else:
@@ -343,6 +339,10 @@ def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
                 lines = [message.thought] if message.thought else []
                 lines += [f"[called tool {call.name} with {call.arguments}]" for call in message.content]
                 add("assistant", "\n".join(lines))
+        elif isinstance(message, SystemMessage):
+            end_run()
+            run_role = ""
+            out.append(message)
         elif isinstance(message, FunctionExecutionResultMessage):
             add("user", "\n\n".join(f"[tool {r.name} returned]\n{r.content}" for r in message.content))
     end_run()
