@@ -309,3 +309,21 @@ def test_clients_of_one_upstream_share_one_connection() -> None:
     with ScriptedUpstream(responder=lambda body: Reply(content=["ok"])) as upstream:
         assert asyncio.run(one_request_each(upstream, 0)) == (1, 0)  # the last client to close closed the pool
         assert asyncio.run(one_request_each(upstream, 5)) == (2, 0)  # a bounded pool is the client's own
+
+
+# --- the body's depth ---------------------------------------------------------------------------------
+
+from duet.api.errors import APIError  # noqa: E402
+from duet.api.validation import MAX_JSON_DEPTH, load_body  # noqa: E402
+
+
+@pytest.mark.parametrize("size", ["small", "large"])  # parsed on the event loop, and in a thread after a scan
+def test_a_body_nested_one_level_too_deep_is_refused(size: str) -> None:
+    padding = "x" * (70 * 1024 if size == "large" else 0)
+
+    def body(depth: int) -> bytes:  # brackets in a string do not count
+        return ('{"pad": "' + padding + '", "a": ' + "[" * (depth - 1) + '"[[]]"' + "]" * (depth - 1) + "}").encode()
+
+    assert load_body(body(MAX_JSON_DEPTH))["pad"] == padding
+    with pytest.raises(APIError, match="deeper than 128 levels"):
+        load_body(body(MAX_JSON_DEPTH + 1))
