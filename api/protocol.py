@@ -139,11 +139,8 @@ def _validated_once(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     key = content_key(value) if type(value) is list else None
     if key is None:
         return handler(value)
-    known = _known_tool_lists.get(key)
-    if known is None:
-        known = KnownTools(handler(value), key)  # an invalid list raises here, and is never kept
-        _known_tool_lists.put(key, known)
-    return known
+    # Validated from a private copy (the request's body is not kept); an invalid list raises, and is never kept.
+    return _known_tool_lists.get_or_make(value, lambda copy: KnownTools(handler(copy), key), key)
 
 
 TokenId = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,10}$")]
