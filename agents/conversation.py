@@ -36,6 +36,11 @@ from .thinking import strip_think_blocks, think_text
 
 MISSING_RESULT = "(the client sent no result for this call)"
 
+# The validators behind UserMessage(...) and co., called directly (the model's __init__ adds a Python frame per message).
+_new_user = UserMessage.__pydantic_validator__.validate_python
+_new_assistant = AssistantMessage.__pydantic_validator__.validate_python
+_new_system = SystemMessage.__pydantic_validator__.validate_python
+
 
 class ConversationError(ValueError):
     """A message the duet cannot use; ``param`` points at it (``messages[2].content``)."""
@@ -196,10 +201,23 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
             results = []
 
     for index, message in enumerate(messages):
-        param = f"messages[{index}]"
         if type(message) is not dict and not isinstance(message, Mapping):
-            raise ConversationError("each message must be an object", param)
+            raise ConversationError("each message must be an object", f"messages[{index}]")
         role = message.get("role")
+        content = message.get("content")
+        if type(content) is str and not pending and not results:
+            # Most of a long history: plain text of the three common roles, built without the checks
+            # (and the error paths) that other content needs.
+            if role == "user":
+                result.append(_new_user({"content": content, "source": "user"}))
+                continue
+            if role == "assistant" and "tool_calls" not in message and "function_call" not in message:
+                result.append(_new_assistant({"content": strip_think_blocks(content), "source": "assistant"}))
+                continue
+            if role == "system" or role == "developer":
+                result.append(_new_system({"content": content}))
+                continue
+        param = f"messages[{index}]"
         if role in ("tool", "function"):
             content = _text(message.get("content"), f"{param}.content")
             if role == "tool":
@@ -261,13 +279,13 @@ def last_user_text(conversation: Sequence[LLMMessage]) -> str:
 
 def without_images(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
     """The conversation for a model without vision: each image becomes a short note."""
-    out: list[LLMMessage] = []
-    for message in conversation:
-        if isinstance(message, UserMessage) and not isinstance(message.content, str):
+    out = list(conversation)
+    for index, message in enumerate(out):
+        # A text turn (nearly all of them) is passed over by its content's class, before isinstance.
+        if message.content.__class__ is not str and isinstance(message, UserMessage):
             if any(isinstance(part, Image) for part in message.content):
                 text = "\n".join(part if isinstance(part, str) else "[image omitted]" for part in message.content)
-                message = UserMessage(content=text, source=message.source)
-        out.append(message)
+                out[index] = UserMessage(content=text, source=message.source)
     return out
 
 
@@ -307,12 +325,8 @@ def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
         run_message = unchanged if not run else None
         run.append(text)
 
-    for message in without_images(conversation):
-        if isinstance(message, SystemMessage):
-            end_run()
-            run_role = ""
-            out.append(message)
-        elif isinstance(message, UserMessage):
+    for message in without_images(conversation):  # the commonest kinds first: a long history is mostly text turns
+        if isinstance(message, UserMessage):
             if isinstance(message.content, str):
                 add("user", message.content, message if message.source == "user" else None)
             else:
@@ -325,6 +339,10 @@ def as_transcript(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
                 lines = [message.thought] if message.thought else []
                 lines += [f"[called tool {call.name} with {call.arguments}]" for call in message.content]
                 add("assistant", "\n".join(lines))
+        elif isinstance(message, SystemMessage):
+            end_run()
+            run_role = ""
+            out.append(message)
         elif isinstance(message, FunctionExecutionResultMessage):
             add("user", "\n\n".join(f"[tool {r.name} returned]\n{r.content}" for r in message.content))
     end_run()

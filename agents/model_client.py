@@ -198,6 +198,26 @@ def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
     raise TypeError(f"Unsupported message type: {type(message).__name__}")
 
 
+_PLAIN_ROLES: dict[type, str] = {SystemMessage: "system", UserMessage: "user", AssistantMessage: "assistant"}
+
+
+def messages_to_openai(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
+    """A conversation as OpenAI chat messages: :func:`message_to_openai` of each, a plain text turn
+    (most of a long history) written directly.
+
+    >>> messages_to_openai([SystemMessage(content="Be brief."), UserMessage(content="Hi", source="user")])
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = _PLAIN_ROLES.get(message.__class__)  # the exact class: a subclass may carry more (reasoning)
+        if role is not None and message.content.__class__ is str:
+            out.append({"role": role, "content": message.content})
+        else:
+            out.extend(message_to_openai(message))
+    return out
+
+
 def tool_to_openai(tool: Tool | ToolSchema) -> dict[str, Any]:
     """An AutoGen tool as an OpenAI ``tools`` entry; ``parameters`` is passed through untouched.
 
@@ -544,10 +564,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         json_output: Optional[bool | type[BaseModel]],
         extra_create_args: Mapping[str, Any],
     ) -> bytes:
-        oai_messages: list[dict[str, Any]] = []
-        for message in messages:
-            oai_messages.extend(message_to_openai(message))
-        body: dict[str, Any] = {"model": self._config.model, "messages": oai_messages}
+        body: dict[str, Any] = {"model": self._config.model, "messages": messages_to_openai(messages)}
         body.update(self._default_args)
         if extra_create_args:
             extra_body = extra_create_args.get("extra_body")
@@ -991,7 +1008,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
 
     def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = []) -> int:
         """A rough estimate (4 characters a token): tokenizer files cannot be fetched at run time."""
-        size = sum(len(json.dumps(m, default=str)) for message in messages for m in message_to_openai(message))
+        size = sum(len(json.dumps(m, default=str)) for m in messages_to_openai(messages))
         size += sum(len(json.dumps(tool_to_openai(tool))) for tool in tools)
         return size // 4
 

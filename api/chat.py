@@ -28,8 +28,9 @@ def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> lis
     """Proxy tools from the raw ``tools`` (or ``functions``) of the body: validated by the request
     model, but passed on as received (a pydantic dump would drop ``null`` values inside schemas)."""
     raw = body.get("tools") if request.tools is not None else body.get("functions")
-    try:
-        return proxy_tools_from_openai(raw or [])
+    validated = request.tools if request.tools is not None else request.functions
+    try:  # keyed once: the validation of the list keyed it (KnownTools)
+        return proxy_tools_from_openai(raw or [], getattr(validated, "content_key", None))
     except ValueError as exc:
         raise APIError(400, str(exc), param="tools" if request.tools is not None else "functions") from None
 

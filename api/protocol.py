@@ -22,10 +22,13 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     StringConstraints,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_serializer,
     model_validator,
 )
+
+from duet.workbenches import ContentCache, content_key
 
 INT64_MAX = 2**63 - 1
 """OpenAI's integer fields are int64: a larger number is refused here, not by the answer model."""
@@ -114,6 +117,32 @@ class ResponseFormat(BaseModel):
         return self.model_dump(by_alias=True, exclude_unset=True)
 
 
+class KnownTools(list):  # type: ignore[type-arg]
+    """A request's tools (or legacy functions) as validated, and the :func:`~duet.workbenches.content_key`
+    of the list as received (the proxy tools are looked up by it: :func:`~duet.workbenches.proxy_tools_from_openai`).
+    Shared by the requests that send the same list: nobody changes it."""
+
+    __slots__ = ("content_key",)
+
+    def __init__(self, validated: list[Any], key: bytes) -> None:
+        super().__init__(validated)
+        self.content_key = key
+
+
+MAX_KNOWN_TOOL_LISTS = 256
+_known_tool_lists: ContentCache[KnownTools] = ContentCache(MAX_KNOWN_TOOL_LISTS, 8 * 1024 * 1024)
+
+
+def _validated_once(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A tool list is validated once per content: a client sends the same tools with every request,
+    and checking 128 tool schemas costs about as much as parsing them."""
+    key = content_key(value) if type(value) is list else None
+    if key is None:
+        return handler(value)
+    # Validated from a private copy (the request's body is not kept); an invalid list raises, and is never kept.
+    return _known_tool_lists.get_or_make(value, lambda copy: KnownTools(handler(copy), key), key)
+
+
 TokenId = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,10}$")]
 Bias = Annotated[float, Field(ge=-100, le=100)]
 
@@ -156,6 +185,8 @@ class ChatCompletionRequest(_Lenient):
     response_format: Optional[ResponseFormat] = None
     user: Optional[str] = None
     logit_bias: Optional[dict[TokenId, Bias]] = None
+
+    _tools_once = field_validator("tools", "functions", mode="wrap")(_validated_once)
 
     @property
     def legacy_functions(self) -> bool:

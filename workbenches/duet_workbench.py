@@ -7,7 +7,7 @@ import logging
 from typing import Any, AsyncGenerator, Mapping, Sequence
 
 from autogen_core import CancellationToken, Component, ComponentModel
-from autogen_core.tools import BaseTool, StaticStreamWorkbench, TextResultContent, ToolResult
+from autogen_core.tools import BaseTool, StaticStreamWorkbench, TextResultContent, ToolResult, ToolSchema
 from pydantic import BaseModel
 from typing_extensions import Self
 
@@ -42,21 +42,30 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
     component_config_schema = DuetWorkbenchConfig  # type: ignore[assignment]
 
     def __init__(self, tools: Sequence[BaseTool[Any, Any]], *, request: RequestContext | None = None) -> None:
-        client_names = {tool.name for tool in tools if isinstance(tool, ProxyTool)}
-        kept: list[BaseTool[Any, Any]] = []
+        # One look at each tool: a request's workbench holds every client tool (a hundred, for some
+        # clients), and isinstance against a tool class (a runtime-checkable protocol) runs Python code.
+        client_tools: list[ProxyTool] = []
+        service_tools: list[BaseTool[Any, Any]] = []
         for tool in tools:
-            if not isinstance(tool, ProxyTool) and tool.name in client_names:
+            (client_tools if _is_client_tool(tool) else service_tools).append(tool)  # type: ignore[arg-type]
+        client_names = {tool.name for tool in client_tools}
+        kept = list(tools)
+        shadowed = [tool for tool in service_tools if tool.name in client_names]
+        if shadowed:
+            for tool in shadowed:
                 logger.warning("client tool '%s' shadows the service tool of the same name", tool.name)
-                continue
-            kept.append(tool)
+            service_tools = [tool for tool in service_tools if tool.name not in client_names]
+            kept = [tool for tool in kept if all(tool is not other for other in shadowed)]
         super().__init__(tools=kept)
-        self._client_tools = {tool.name: tool for tool in kept if isinstance(tool, ProxyTool)}
+        self._service_tools = service_tools
+        self._client_tools = {tool.name: tool for tool in client_tools}
         # Models sometimes call a tool by the client's original name instead of its alias.
-        for tool in list(self._client_tools.values()):
+        for tool in client_tools:
             self._client_tools.setdefault(tool.client_name, tool)
         self._request = request
         self._takes_request = (
-            {tool.name: tool for tool in kept if isinstance(tool, PythonFunctionTool) and tool.takes_request} if request else {}
+            {tool.name: tool for tool in service_tools if isinstance(tool, PythonFunctionTool) and tool.takes_request}
+            if request else {}
         )
 
     @classmethod
@@ -78,7 +87,11 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
 
     @property
     def service_tools(self) -> list[BaseTool[Any, Any]]:
-        return [tool for tool in self._tools if not isinstance(tool, ProxyTool)]
+        return list(self._service_tools)
+
+    async def list_tools(self) -> list[ToolSchema]:
+        # StaticWorkbench's, without its per-tool look for overrides (this workbench has none).
+        return [tool.schema for tool in self._tools]
 
     def client_tool(self, name: str) -> ProxyTool | None:
         """The client tool the model calls ``name`` (its alias or the client's own name), if it is one."""
@@ -136,3 +149,7 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
     @classmethod
     def _from_config(cls, config: DuetWorkbenchConfig) -> Self:  # type: ignore[override]
         return cls([BaseTool.load_component(tool) for tool in config.tools])
+
+
+def _is_client_tool(tool: BaseTool[Any, Any]) -> bool:
+    return tool.__class__ is ProxyTool or isinstance(tool, ProxyTool)  # the class first: see DuetWorkbench.__init__
