@@ -264,9 +264,9 @@ def _tool_choice_to_openai(tool_choice: Tool | str) -> Any:
     return {"type": "function", "function": {"name": tool_choice.schema["name"]}}
 
 
-async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
-    """The ``data`` of each server-sent event, read in whatever pieces the socket delivers
-    (several events often arrive in one read; a line-by-line reader would await each line)."""
+async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[list[bytes], None]:
+    """The ``data`` of the server-sent events, a list for each read of the socket: the complete
+    events that arrived together (several often do; a line-by-line reader would await each line)."""
     buffer = b""
     async for received in response.content.iter_any():
         buffer = buffer + received if buffer else received
@@ -276,25 +276,22 @@ async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, N
                 buffer, held = buffer[:-1], b"\r"
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         start = 0
-        yielded_once = False
+        events: list[bytes] = []
         while True:
             end = buffer.find(b"\n\n", start)
             if end < 0:
                 break
-            if start and not yielded_once:
-                # A burst of events arrived in one read: let other tasks run once, so the first
-                # token of the burst is written out before the rest is parsed.
-                yielded_once = True
-                await asyncio.sleep(0)
             event = buffer[start:end]
             start = end + 2
             if event.startswith(b"data:") and b"\n" not in event:
-                yield event[5:].lstrip()
+                events.append(event[5:].lstrip())
             else:  # comments, ``event:``/``id:`` lines, multi-line data
                 lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
                 if lines:
-                    yield b"\n".join(lines)
+                    events.append(b"\n".join(lines))
         buffer = buffer[start:] + held
+        if events:
+            yield events
         if len(buffer) > MAX_EVENT_BYTES:
             raise _EventTooLarge()
 
@@ -762,73 +759,98 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         usage: Mapping[str, Any] | None = None
         answered = False  # a chunk with a choice arrived
         first_token = True
+        pending: list[str] = []  # text of the current read not handed on yet, all of one kind
+        pending_kind: type[str] = str
         done = False
         failure: UpstreamError | None = None
         cancelled = False
         try:
-            async for data in _sse_data(response):
-                if data == b"[DONE]":
-                    done = True
+            async for events in _sse_data(response):
+                # The text of one read goes on as one piece of each kind, in order (the model's first
+                # token alone, at once): a burst of tokens costs the caller one event, not one each.
+                for data in events:
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = wire_json.loads(data)
+                    except ValueError:
+                        failure = UpstreamProtocolError(f"sent a chunk that is not JSON: {data[:200]!r}", model=model)
+                        break
+                    if not isinstance(chunk, dict):
+                        failure = UpstreamProtocolError(f"sent a chunk that is not a JSON object: {data[:200]!r}", model=model)
+                        break
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    choices = chunk.get("choices")
+                    if not choices:
+                        error = chunk.get("error") or (chunk if chunk.get("object") == "error" else None)  # OpenAI's shape, vLLM's
+                        if error:
+                            failure = self._error_object(error, "failed mid-stream" if answered else "sent an error")
+                            break
+                        continue
+                    answered = True
+                    choice = choices[0]
+                    delta = choice.get("delta") or {}
+                    if choice.get("finish_reason"):
+                        finish_reason = choice["finish_reason"]
+                    reasoning = delta.get("reasoning_content")
+                    if reasoning:
+                        reasoning_field = reasoning_field or "reasoning_content"
+                    else:
+                        reasoning = delta.get("reasoning")
+                        if reasoning:
+                            reasoning_field = reasoning_field or "reasoning"
+                    detail_fragments = delta.get("reasoning_details")
+                    if detail_fragments and isinstance(detail_fragments, list):
+                        details += detail_fragments
+                        reasoning_field = "reasoning_details"  # what a model that sends them wants back
+                        if not reasoning:  # an upstream that sends only details: their text is the reasoning
+                            reasoning = details_text(detail_fragments)
+                    if reasoning:
+                        thought.append(reasoning)
+                        if pending and pending_kind is not ReasoningText:
+                            yield "".join(pending)
+                            pending.clear()
+                        pending_kind = ReasoningText
+                        pending.append(reasoning)
+                    text = delta.get("content")
+                    if text:
+                        content.append(text)
+                        if pending and pending_kind is not str:
+                            yield ReasoningText("".join(pending))
+                            pending.clear()
+                        pending_kind = str
+                        pending.append(text)
+                    if first_token and pending:
+                        # The first token goes on alone, and the caller's writer gets a turn to send
+                        # it before the rest of the burst is parsed.
+                        first_token = False
+                        yield pending_kind("".join(pending))
+                        pending.clear()
+                        await asyncio.sleep(0)
+                    tool_deltas = delta.get("tool_calls")
+                    if tool_deltas:
+                        for tool_delta in tool_deltas:
+                            index = tool_delta.get("index")
+                            if index is None:
+                                index = len(calls) - 1 if calls and not tool_delta.get("id") else len(calls)
+                            builder = calls.get(index)
+                            if builder is None:
+                                builder = calls[index] = _ToolCallBuilder()
+                            builder.add(tool_delta)
+                if pending:  # what this read brought, before anything is raised
+                    yield pending_kind("".join(pending))
+                    pending.clear()
+                if failure is not None:
+                    break
+                if done:
                     if not response.content.is_eof():
                         # The body's last bytes (a chunked body's terminator) follow [DONE]: a body
                         # read to its end returns its connection to the pool, one cut short closes it.
                         with contextlib.suppress(asyncio.TimeoutError):
                             await asyncio.wait_for(response.content.wait_eof(), END_OF_BODY_WAIT)
                     break
-                try:
-                    chunk = wire_json.loads(data)
-                except ValueError:
-                    raise UpstreamProtocolError(f"sent a chunk that is not JSON: {data[:200]!r}", model=model) from None
-                if not isinstance(chunk, dict):
-                    raise UpstreamProtocolError(f"sent a chunk that is not a JSON object: {data[:200]!r}", model=model)
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                choices = chunk.get("choices")
-                if not choices:
-                    error = chunk.get("error") or (chunk if chunk.get("object") == "error" else None)  # OpenAI's shape, vLLM's
-                    if error:
-                        raise self._error_object(error, "failed mid-stream" if answered else "sent an error")
-                    continue
-                answered = True
-                choice = choices[0]
-                delta = choice.get("delta") or {}
-                if choice.get("finish_reason"):
-                    finish_reason = choice["finish_reason"]
-                reasoning = delta.get("reasoning_content")
-                if reasoning:
-                    reasoning_field = reasoning_field or "reasoning_content"
-                else:
-                    reasoning = delta.get("reasoning")
-                    if reasoning:
-                        reasoning_field = reasoning_field or "reasoning"
-                detail_fragments = delta.get("reasoning_details")
-                if detail_fragments and isinstance(detail_fragments, list):
-                    details += detail_fragments
-                    reasoning_field = "reasoning_details"  # what a model that sends them wants back
-                    if not reasoning:  # an upstream that sends only details: their text is the reasoning
-                        reasoning = details_text(detail_fragments)
-                if reasoning:
-                    thought.append(reasoning)
-                    yield ReasoningText(reasoning)
-                text = delta.get("content")
-                if text:
-                    content.append(text)
-                    yield text
-                if first_token and (reasoning or text):
-                    # The first token is out: let the caller's writer send it before the rest of a
-                    # burst is parsed (the burst rule of _sse_data may have spent its turn on a role chunk).
-                    first_token = False
-                    await asyncio.sleep(0)
-                tool_deltas = delta.get("tool_calls")
-                if tool_deltas:
-                    for tool_delta in tool_deltas:
-                        index = tool_delta.get("index")
-                        if index is None:
-                            index = len(calls) - 1 if calls and not tool_delta.get("id") else len(calls)
-                        builder = calls.get(index)
-                        if builder is None:
-                            builder = calls[index] = _ToolCallBuilder()
-                        builder.add(tool_delta)
         except _ReadCancelled as exc:
             exc.__traceback__ = None  # it is referenced by the response: no cycle through this frame
             cancelled = True

@@ -246,7 +246,7 @@ def test_sse_parser_handles_crlf_split_across_reads() -> None:
             self.content = Content(pieces)
 
     async def collect(pieces: list[bytes]) -> list[bytes]:
-        return [data async for data in _sse_data(Response(pieces))]  # type: ignore[arg-type]
+        return [data async for events in _sse_data(Response(pieces)) for data in events]  # type: ignore[arg-type]
 
     stream = b"data: one\r\n\r\n: comment\r\n\r\ndata: two\r\n\r\ndata: [DONE]\r\n\r\n"
     for cut in range(1, len(stream)):  # every possible read boundary, CR|LF splits included
