@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from abc import abstractmethod
 from typing import Any, AsyncGenerator, Sequence
@@ -123,30 +124,42 @@ class DuetAgent(BaseChatAgent):
         self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken
     ) -> AsyncGenerator[BaseAgentEvent | BaseChatMessage | Response, None]:
         run = current_run()
-        if run is None and carries_task(messages):
+        if run is not None:
+            ahead = run.take_head_start(self.name, messages)
+            yield await (ahead.response() if ahead is not None else self._emit_turn(messages, run, cancellation_token))
+            return
+        if carries_task(messages):
             raise RunNotBoundError(
                 f"{self.name} was handed a Duet task (the conversation in a handoff from the client) but no run is bound: "
                 "run the team inside `with bind_run(run):` (Duet.start does), or give it a plain task"
             )
-        try:
-            async for item in self._turn(messages, run, cancellation_token):
+        try:  # a plain AgentChat run (AutoGen Studio): events and errors the AgentChat way
+            async for item in self._turn(messages, None, cancellation_token):
                 if isinstance(item, Response):
                     yield item
-                elif run is not None:
-                    if not run.emit(item):  # the reader is behind: read no further from the model until it catches up
-                        await run.room()
                 else:
                     event = as_agentchat_event(item, self.name)
                     if event is not None:
                         yield event
+        except UpstreamError as exc:
+            exc.at_stage(self.name)  # the message now says which model failed: reasoning or answer
+            raise
+
+    async def _emit_turn(self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken) -> Response:
+        """The agent's turn in a Duet run: its events go to the run's reader, and its reply comes back."""
+        response: Response | None = None
+        try:
+            async for item in self._turn(messages, run, cancellation_token):
+                if isinstance(item, Response):
+                    response = item
+                elif not run.emit(item):  # the reader is behind: read no further from the model until it catches up
+                    await run.room()
         except Exception as exc:
             if isinstance(exc, UpstreamError):
                 exc.at_stage(self.name)  # the message now says which model failed: reasoning or answer
-            if run is None:
-                raise  # a plain AgentChat run (AutoGen Studio) reports errors the AgentChat way
-            # In a Duet run the failure goes to the caller as an event, and the agent ends the team
-            # with a handoff to the client instead of raising: the team stays healthy for its next
-            # request, and AutoGen's runtime does not log a traceback for an upstream's bad day.
+            # The failure goes to the caller as an event, and the agent ends the team with a handoff
+            # to the client instead of raising: the team stays healthy for its next request, and
+            # AutoGen's runtime does not log a traceback for an upstream's bad day.
             error: Exception = exc
             if is_openai_error(exc) and self._model_client is not None:  # AutoGen's stock client: the same errors as Duet's own
                 converted = upstream_error_from_openai(exc, self._model_client.dump_component().config.get("model"))
@@ -157,12 +170,18 @@ class DuetAgent(BaseChatAgent):
             else:
                 logger.exception("%s failed in request %s", self.name, run.request_id)
             run.emit(Failed(message=str(error), error=error))
-            yield Response(chat_message=failure_reply(self.name, error))
+            return Response(chat_message=failure_reply(self.name, error))
+        assert response is not None
+        return response
 
     async def head_start(self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken) -> None:
-        """Called by the run, for the agent that speaks first, before the team hands it ``messages``:
-        an agent may open its model call now and keep it in ``run`` (:meth:`DuetRun.head_start`), so
-        the upstream's time to first token overlaps the team's routing. By default, nothing."""
+        """Starts this agent's turn on ``messages`` now, before the team hands them over (the run
+        calls it for the team's first speaker): its model call goes out, and its events reach the
+        reader, while AgentChat is still routing the task here. The team's turn then takes its reply
+        (:meth:`DuetRun.take_head_start`); a turn no team took is stopped with the run."""
+        turn = asyncio.get_running_loop().create_task(self._emit_turn(messages, run, cancellation_token))
+        run.head_start(self.name, messages, _TurnAhead(turn))
+        await asyncio.sleep(0)  # the turn begins (its request goes out) before the team's first step
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to reset: every turn gets the whole conversation."""
@@ -206,3 +225,23 @@ class DuetAgent(BaseChatAgent):
     def _turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]: ...
+
+
+class _TurnAhead:
+    """A turn started ahead of the team (:meth:`DuetAgent.head_start`)."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: asyncio.Task[Response]) -> None:
+        self._task = task
+
+    async def response(self) -> Response:
+        """The turn's reply, once it is done (cancelling the caller cancels the turn)."""
+        return await self._task
+
+    async def close(self) -> None:
+        """Stops a turn no team took."""
+        self._task.cancel()
+        await asyncio.wait({self._task})  # a cancellation of the caller itself is not swallowed
+        if not self._task.cancelled():
+            self._task.exception()  # read: nobody else will

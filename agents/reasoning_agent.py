@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from typing import Any, AsyncGenerator, Literal, Mapping, Sequence, Union
 
@@ -166,69 +165,38 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         system = SystemMessage(content="\n\n".join(instructions) + describe_tools(tools))
         return [system, *(m for m in transcript if not isinstance(m, SystemMessage))]
 
-    async def head_start(self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken) -> None:
-        """Opens the reasoning call for the turn the team is about to hand over, and starts reading its
-        first piece: the request goes out while the team routes the task here."""
-        try:
-            call = await self._open_call(messages, run, cancellation_token)
-        except Exception:  # noqa: BLE001 - the turn opens it again and reports the failure as its own
-            return
-        if call is not None:
-            call.read_ahead()
-            await asyncio.sleep(0)  # the read starts now (it sends the request): before the team, not after its first step
-            run.head_start(self.name, messages, call)
-
-    async def _open_call(
+    async def _turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
-    ) -> "_ReasoningCall | None":
-        """The reasoning call for a turn on ``messages`` (opened: its first read sends the request), or
-        ``None`` when this round is not thought about (a round of tool results, see ``reason_on_tool_results``)."""
+    ) -> AsyncGenerator[DuetEvent | Response, None]:
         conversation, _ = read_task(messages)
         if ends_with_tool_results(conversation) and not self._rethinks(messages):
-            return None
+            yield Response(chat_message=reasoning_reply(self.name, ""))
+            return
         workbench = self._workbench_for(run)
         tools = await workbench.list_tools() if workbench is not None else []
         prompt = self._prompt(conversation, tools, read_grounding(messages))
 
         if cancellation_token.is_cancelled():  # the client already left: start no model call
             raise asyncio.CancelledError()
+
+        max_chars = self._max_reasoning_chars or None
         call_token, timer = cancellation_token, None
         if self._max_reasoning_seconds:
             # The call gets a token of its own, cancelled by the request's or when the time is up.
             call_token = CancellationToken()
             cancellation_token.add_callback(call_token.cancel)
             timer = asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
-        stream = self._model_stream(
-            "reasoner", run, prompt, extra_create_args=streaming_create_args(self._model_client, {}), cancellation_token=call_token
-        )
-        return _ReasoningCall(prompt, stream, call_token, timer)
-
-    async def _turn(
-        self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
-    ) -> AsyncGenerator[DuetEvent | Response, None]:
-        call = run.take_head_start(self.name, messages) if run is not None else None
-        if call is None:
-            call = await self._open_call(messages, run, cancellation_token)
-        if call is None:
-            yield Response(chat_message=reasoning_reply(self.name, ""))
-            return
-        assert isinstance(call, _ReasoningCall)
-
-        max_chars = self._max_reasoning_chars or None
         splitter = ReasoningSplitter()
         parts: list[str] = []
         size = 0
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
-        next_piece = call.first_piece
+        stream = self._model_stream(
+            "reasoner", run, prompt, extra_create_args=streaming_create_args(self._model_client, {}), cancellation_token=call_token
+        )
         try:
-            while True:
-                try:
-                    piece = await next_piece()
-                except StopAsyncIteration:
-                    break
-                next_piece = call.stream.__anext__
+            async for piece in stream:
                 if isinstance(piece, CreateResult):
                     result = piece
                     break
@@ -250,11 +218,13 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                     break
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if cancellation_token.is_cancelled() or not call.token.is_cancelled() or (current and current.cancelling()):
+            if cancellation_token.is_cancelled() or not call_token.is_cancelled() or (current and current.cancelling()):
                 raise  # the request was cancelled: not a limit
             limit_note = f"[reasoning stopped after {self._max_reasoning_seconds:g} s]"
         finally:
-            await call.close()
+            if timer is not None:
+                timer.cancel()
+            await stream.aclose()
         if limit_note:  # the client sees why the reasoning ends here; the answer agent goes on with it
             limit_note = ("\n\n" if parts else "") + limit_note
             parts.append(limit_note)
@@ -268,7 +238,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         if result is not None:
             usage = result.usage
         else:
-            usage = RequestUsage(prompt_tokens=estimate_tokens(call.prompt), completion_tokens=len(parts))
+            usage = RequestUsage(prompt_tokens=estimate_tokens(prompt), completion_tokens=len(parts))
         # All the reasoner writes is reasoning to the client (a draft answer after it is never shown).
         yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                     reasoning_tokens=usage.completion_tokens)
@@ -299,47 +269,3 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             max_reasoning_chars=config.max_reasoning_chars,
             max_reasoning_seconds=config.max_reasoning_seconds,
         )
-
-
-class _ReasoningCall:
-    """One call of the reasoning model: its prompt, its stream, and the token and timer of its time
-    limit. Its first piece may be read ahead (:meth:`read_ahead`), in a task of its own, while the
-    team routes the turn to the agent; the agent reads on from there."""
-
-    __slots__ = ("prompt", "stream", "token", "_timer", "_ahead")
-
-    def __init__(
-        self, prompt: list[LLMMessage], stream: AsyncGenerator[Any, None], token: CancellationToken, timer: asyncio.TimerHandle | None
-    ) -> None:
-        self.prompt = prompt
-        self.stream = stream
-        self.token = token
-        self._timer = timer
-        self._ahead: asyncio.Task[Any] | None = None
-
-    def read_ahead(self) -> None:
-        """Starts reading the first piece now: the request is sent in that read."""
-        self._ahead = asyncio.get_running_loop().create_task(_first_piece(self.stream))
-
-    async def first_piece(self) -> Any:
-        """The stream's first piece (read ahead, or now); raises ``StopAsyncIteration`` if it has none.
-        Read the rest from :attr:`stream`."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            return await ahead
-        return await self.stream.__anext__()
-
-    async def close(self) -> None:
-        """Ends the call, whether read to its end, stopped early, or never read."""
-        if self._timer is not None:
-            self._timer.cancel()
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:  # read ahead but never taken: stop the read, then the stream
-            ahead.cancel()
-            with contextlib.suppress(BaseException):
-                await ahead
-        await self.stream.aclose()
-
-
-async def _first_piece(stream: AsyncGenerator[Any, None]) -> Any:
-    return await stream.__anext__()

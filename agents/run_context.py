@@ -47,18 +47,18 @@ async def _never_full() -> None:
     return None
 
 
-class EarlyCall(Protocol):
-    """A model call an agent opened before the team handed it its turn (:meth:`DuetRun.head_start`)."""
+class EarlyTurn(Protocol):
+    """An agent's turn started before the team handed it its messages (:meth:`DuetRun.head_start`)."""
 
     async def close(self) -> None:
-        """Stops the call; it was never used."""
+        """Stops the turn; no team took it."""
 
 
 @dataclass(slots=True, eq=False)
 class _HeadStart:
     agent: str
     messages: Sequence[Any]
-    call: EarlyCall
+    turn: EarlyTurn
 
 
 @dataclass(slots=True, eq=False)
@@ -72,8 +72,8 @@ class DuetRun:
     ``request`` is the request the workbench hands its service tools (the same object).
     ``observer`` watches the run's model, tool and store calls (:mod:`duet.agents.observe`).
 
-    A run may hold one model call opened ahead of the team (:meth:`head_start`): the agent that
-    speaks first starts its call while the team is still routing the task to it.
+    A run may hold one turn started ahead of the team (:meth:`head_start`): the agent that speaks
+    first starts its turn while the team is still routing the task to it.
     """
 
     emit: Callable[[DuetEvent], bool]
@@ -88,25 +88,25 @@ class DuetRun:
     def request_id(self) -> str:
         return self.request.request_id
 
-    def head_start(self, agent: str, messages: Sequence[Any], call: EarlyCall) -> None:
-        """Keeps ``call``, which ``agent`` opened for its turn on ``messages`` before the team handed them over."""
-        self._head_start = _HeadStart(agent, messages, call)
+    def head_start(self, agent: str, messages: Sequence[Any], turn: EarlyTurn) -> None:
+        """Keeps ``turn``, which ``agent`` started on ``messages`` before the team handed them over."""
+        self._head_start = _HeadStart(agent, messages, turn)
 
-    def take_head_start(self, agent: str, messages: Sequence[Any]) -> EarlyCall | None:
-        """The call ``agent`` opened ahead for exactly these ``messages`` (the same objects the team
+    def take_head_start(self, agent: str, messages: Sequence[Any]) -> Any:
+        """The turn ``agent`` started ahead on exactly these ``messages`` (the same objects the team
         now hands it), or ``None``. Taken once: from here on the agent owns it."""
         early = self._head_start
         if early is None or early.agent != agent or len(early.messages) != len(messages) \
                 or any(a is not b for a, b in zip(early.messages, messages)):
             return None
         self._head_start = None
-        return early.call
+        return early.turn
 
     async def drop_head_start(self) -> None:
-        """Closes a call opened ahead that its agent never took (the run ended before its turn)."""
+        """Stops a turn started ahead that the team never took (the run ended before it)."""
         early, self._head_start = self._head_start, None
         if early is not None:
-            await early.call.close()
+            await early.turn.close()
 
 
 class RunNotBoundError(DuetError):

@@ -67,9 +67,9 @@ def test_new_team_runs_with_agentchat(upstream: ScriptedUpstream) -> None:
 
 
 def test_the_reasoners_call_is_made_once_and_only_for_a_team_certain_to_reach_it(upstream: ScriptedUpstream) -> None:
-    """The first speaker opens its model call while the team routes the task to it: one call per
-    request all the same. A team file whose termination may end the team before anyone speaks
-    (here, at once) opens nothing ahead: no model call is paid for that the team does not make."""
+    """The first speaker starts its turn while the team routes the task to it: one call per request
+    all the same. A team file whose termination may end the team before anyone speaks (here, at
+    once) starts nothing ahead: no model call is paid for that the team does not make."""
     from autogen_agentchat.conditions import MaxMessageTermination
 
     document = export_team(settings(upstream))

@@ -184,7 +184,7 @@ def _run(sink: list[Any]) -> DuetRun:
     return DuetRun(emit=lambda event: sink.append(event) or True, workbench=DuetWorkbench([]))
 
 
-class _EarlyCall:
+class _EarlyTurn:
     def __init__(self) -> None:
         self.closed = False
 
@@ -192,21 +192,21 @@ class _EarlyCall:
         self.closed = True
 
 
-def test_a_call_opened_ahead_goes_to_its_agent_for_exactly_its_messages() -> None:
+def test_a_turn_started_ahead_goes_to_its_agent_for_exactly_its_messages() -> None:
     task = [TextMessage(source="client", content="hi"), TextMessage(source="client", content="more")]
-    run, call = _run([]), _EarlyCall()
+    run, call = _run([]), _EarlyTurn()
     run.head_start("reasoner", task, call)
     assert run.take_head_start("answerer", task) is None  # another agent's turn
     assert run.take_head_start("reasoner", task[:1]) is None  # other messages
-    assert run.take_head_start("reasoner", [m.model_copy() for m in task]) is None  # equal, but not the messages it was opened for
+    assert run.take_head_start("reasoner", [m.model_copy() for m in task]) is None  # equal, but not the messages it was started on
     assert run.take_head_start("reasoner", list(task)) is call
     assert run.take_head_start("reasoner", task) is None  # taken once: the agent owns it now
     asyncio.run(run.drop_head_start())
-    assert not call.closed  # a taken call is its agent's to close
+    assert not call.closed  # a taken turn is its agent's
 
 
-def test_a_call_opened_ahead_that_no_turn_took_is_closed_with_the_run() -> None:
-    run, call = _run([]), _EarlyCall()
+def test_a_turn_started_ahead_that_no_team_took_is_stopped_with_the_run() -> None:
+    run, call = _run([]), _EarlyTurn()
     run.head_start("reasoner", [TextMessage(source="client", content="hi")], call)
     asyncio.run(run.drop_head_start())
     assert call.closed
