@@ -242,7 +242,7 @@ class Duet:
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
-                if slot.first_speaker is not None:  # its model call goes out while the team routes the task to it
+                if slot.first_speaker is not None:  # its turn starts while the team routes the task to it
                     await slot.first_speaker.head_start(task, run, token)
                 if slot.runtime is not None:
                     slot.runtime.start()
@@ -270,7 +270,7 @@ class Duet:
             except Exception as exc:  # an agent already reported its own failure; this covers the rest
                 run.emit(Failed(message=str(exc), error=exc))
             finally:
-                await run.drop_head_start()  # opened ahead for a turn the team never reached
+                await run.drop_head_start()  # a turn started ahead that the team never reached
                 if slot is not None:
                     if not clean:
                         token.cancel()  # whatever of the run still goes on stops at its next await

@@ -771,8 +771,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         cancelled = False
         try:
             async for events in _sse_data(response):
-                # The text of one read goes on as one piece of each kind, in order (the model's first
-                # token alone, at once): a burst of tokens costs the caller one event, not one each.
+                # The text of one read goes on as few pieces, in order (the model's first token alone,
+                # at once; then at most JOINED_CHUNKS chunks or JOINED_CHARS characters a piece): a
+                # burst of tokens costs the caller a few events, not one each.
                 for data in events:
                     if data == b"[DONE]":
                         done = True
