@@ -316,9 +316,13 @@ class _ReadCancelled(asyncio.CancelledError):
     """
 
 
-def _abort_read(response: aiohttp.ClientResponse) -> None:
+def _abort_read(reference: weakref.ref[aiohttp.ClientResponse]) -> None:
     """The cancellation callback of an open response: stops a pending read at once and drops the
-    connection, so the upstream stops generating."""
+    connection, so the upstream stops generating. Holds the response weakly: the token outlives it
+    (a run's token, the reasoner's response), and a response nobody reads any more needs no abort."""
+    response = reference()
+    if response is None:
+        return
     if response.content.exception() is None:
         response.content.set_exception(_ReadCancelled())
     response.close()
@@ -652,7 +656,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if cancellation_token is not None:
             # Closing the response aborts a read at once and drops the connection, so the
             # upstream stops generating; no task per chunk is needed.
-            cancellation_token.add_callback(functools.partial(_abort_read, response))
+            cancellation_token.add_callback(functools.partial(_abort_read, weakref.ref(response)))
         return response
 
     def _retry_delay(self, failure: UpstreamError, retries: int) -> float | None:
