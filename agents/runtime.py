@@ -22,6 +22,7 @@ from autogen_core import (
 )
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
+from autogen_core._queue import Queue
 from autogen_core._serialization import MessageSerializer, SerializationRegistry
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, RunContext, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
@@ -151,12 +152,58 @@ class _StopFlag:
 
 class _RunContext(RunContext):
     """autogen-core's ``RunContext`` (0.7.5, pinned) with a flag for its stop signal instead of an
-    ``asyncio.Event`` and the waiting list every event makes (its loop only reads the signal)."""
+    ``asyncio.Event`` and the waiting list every event makes (its loop only reads the signal), and
+    whose message loop starts with the first message queued (:meth:`start_loop`): a lean runtime
+    hands most messages straight to their handlers, and a loop task waiting on an empty queue costs
+    a task and its coroutines for every team in a run. Stopping works as the stock context's: a
+    handler's failure that no loop raised is raised by ``stop`` and ``stop_when_idle``."""
 
     def __init__(self, runtime: SingleThreadedAgentRuntime) -> None:  # RunContext.__init__ would make the event
         self._runtime = runtime
-        self._run_task = asyncio.create_task(self._run())
+        self._run_task: asyncio.Task[None] | None = None
         self._stopped = _StopFlag()  # type: ignore[assignment]
+        if not runtime._message_queue.empty():  # queued before the runtime started
+            self.start_loop()
+
+    def start_loop(self) -> None:
+        if self._run_task is None and not self._stopped.is_set():
+            self._run_task = asyncio.create_task(self._run())
+
+    @property
+    def loop_running(self) -> bool:
+        return self._run_task is not None and not self._run_task.done()
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        self._runtime._message_queue.shutdown(immediate=True)  # type: ignore[attr-defined]
+        await self._end_loop()
+
+    async def stop_when_idle(self) -> None:
+        await self._runtime._message_queue.join()  # type: ignore[attr-defined]
+        await self.stop()
+
+    async def _end_loop(self) -> None:
+        if self._run_task is not None:
+            await self._run_task  # raises what the loop raised, a handler's failure among it
+            return
+        failure = self._runtime._background_exception  # type: ignore[attr-defined]
+        if failure is not None:  # as the loop raises it when its queue shuts down
+            self._runtime._background_exception = None  # type: ignore[attr-defined]
+            raise failure
+
+
+class _MessageQueue(Queue):  # type: ignore[type-arg]
+    """The lean runtime's message queue: a message put on it starts the runtime's message loop."""
+
+    def __init__(self, runtime: "LeanAgentRuntime") -> None:
+        super().__init__()
+        self._runtime = runtime
+
+    def _put(self, item: Any) -> None:
+        super()._put(item)
+        run_context = self._runtime._run_context
+        if run_context is not None:
+            run_context.start_loop()  # type: ignore[attr-defined]
 
 
 class LeanAgentRuntime(SingleThreadedAgentRuntime):
@@ -191,7 +238,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._serialization_registry = _KNOWN_SERIALIZERS
-        lighten_queue(self._message_queue)
+        self._message_queue = lighten_queue(_MessageQueue(self))
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
@@ -218,13 +265,13 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         try:
             await super().stop()
         finally:
-            lighten_queue(self._message_queue)  # the fresh queue the stock runtime made
+            self._message_queue = lighten_queue(_MessageQueue(self))  # instead of the stock runtime's fresh queue
 
     async def stop_when_idle(self) -> None:
         try:
             await super().stop_when_idle()
         finally:
-            lighten_queue(self._message_queue)
+            self._message_queue = lighten_queue(_MessageQueue(self))
 
     async def _invoke_agent_factory(self, agent_factory: Callable[..., Any], agent_id: AgentId) -> Any:
         agent = await super()._invoke_agent_factory(agent_factory, agent_id)
@@ -430,7 +477,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         try:
             while True:
                 running = set(self._background_tasks)
-                queued = not self._message_queue.empty() and not self._run_context._run_task.done()
+                queued = not self._message_queue.empty() and self._run_context.loop_running  # type: ignore[attr-defined]
                 handlers |= running
                 left = deadline - loop.time()
                 if not (running or queued) or left <= 0:
