@@ -118,6 +118,33 @@ def lighten_queue(queue: Any) -> Any:
     return queue
 
 
+class HandOverQueue(asyncio.Queue):  # type: ignore[type-arg]
+    """An unbounded ``asyncio.Queue`` whose ``get()`` returns a future (awaited as the coroutine
+    was) instead of a coroutine, and whose ``put`` hands an item straight to a waiting ``get``.
+
+    For a team's output queue: AgentChat's ``run_stream`` (0.7.5, pinned) waits for each message as
+    ``ensure_future(queue.get())``, a task (and its coroutine) for every message of every run; a
+    future is taken as it is. Nothing calls ``task_done`` or ``join`` on it."""
+
+    def get(self) -> asyncio.Future[Any]:  # type: ignore[override]
+        future = self._get_loop().create_future()
+        if self._queue:
+            future.set_result(self.get_nowait())
+        else:
+            self._getters.append(future)
+        return future
+
+    def put_nowait(self, item: Any) -> None:
+        self._unfinished_tasks += 1
+        self._finished.clear()
+        while self._getters:
+            getter = self._getters.popleft()
+            if not getter.done():  # a get that was cancelled takes nothing
+                getter.set_result(item)
+                return
+        self._put(item)
+
+
 class _KnownSerializers(SerializationRegistry):
     """The message serializers of every lean runtime in the process, by type name and content type.
     The stock runtime keeps a registry of its own, and each team adds a serializer for each message

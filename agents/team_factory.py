@@ -23,7 +23,7 @@ from .messages import ANSWERER_NAME, REASONER_NAME
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from .pool import TeamSlot
 from .reasoning_agent import ReasoningAgent
-from .runtime import LeanAgentRuntime, lighten_queue
+from .runtime import HandOverQueue, LeanAgentRuntime, lighten_queue
 from .settings import REASONER_MODEL_INFO, PipelineSettings
 from .team import build_team, duet_termination
 from .team_files import diagnose, load_team
@@ -268,5 +268,5 @@ class TeamFactory:
             emit_team_events=team.emit_team_events,
             runtime=runtime,
         )
-        lighten_queue(made._output_message_queue)  # not exported (AgentChat 0.7.5): held by every pooled team
+        made._output_message_queue = lighten_queue(HandOverQueue())  # not exported (AgentChat 0.7.5): held by every pooled team
         return made

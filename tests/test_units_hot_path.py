@@ -15,7 +15,7 @@ import pytest
 from autogen_core import AgentId, ClosureAgent, ClosureContext, DefaultTopicId, MessageContext
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 
-from duet.agents.runtime import LeanAgentRuntime
+from duet.agents.runtime import HandOverQueue, LeanAgentRuntime
 
 
 class Counted:
@@ -140,6 +140,25 @@ def test_an_unobserved_lean_runtime_delivers_the_same_with_fewer_tasks(monkeypat
         ["rpc hi", "re: hi", "alone to one", "both to two", "both to two"])
     # a task fewer for the reply to the send that succeeded, for the publish with one subscriber, and the loop's
     assert stock_tasks - lean_tasks == 3
+
+
+def test_a_hand_over_queue_gives_futures_not_tasks() -> None:
+    """A team's output queue: each message AgentChat waits for costs a future, not a task; items come
+    out in order whether the get or the put comes first, and a cancelled get takes nothing."""
+
+    async def main() -> list[Any]:
+        queue = HandOverQueue()
+        waiting = asyncio.ensure_future(queue.get())  # as AgentChat's run_stream waits
+        assert not isinstance(waiting, asyncio.Task)
+        cancelled = queue.get()
+        await queue.put("first")
+        cancelled.cancel()  # the second get gives up before anything is there for it
+        later = queue.get()
+        queue.put_nowait("second")
+        queue.put_nowait("third")
+        return [await waiting, cancelled.cancelled(), await later, await queue.get(), queue.empty()]
+
+    assert asyncio.run(main()) == ["first", True, "second", "third", True]
 
 
 @pytest.mark.parametrize("observed_by", ["spans", "info"])
