@@ -328,6 +328,13 @@ def _abort_read(reference: weakref.ref[aiohttp.ClientResponse]) -> None:
     response.close()
 
 
+def _media_type(response: aiohttp.ClientResponse) -> str:
+    """``response.content_type`` (lower case, no parameters), without the dict of the header's
+    parameters aiohttp parses and keeps on the response (~1.5 KB) for it."""
+    media_type = (response.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    return media_type if media_type.count("/") == 1 else "application/octet-stream"  # aiohttp's default
+
+
 def _forget(exc: BaseException) -> None:
     """Drops the frames a caught aiohttp exception collected: it may be an object aiohttp shares
     between requests, whose traceback would otherwise keep this request alive."""
@@ -750,8 +757,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise asyncio.CancelledError()
         body = self._request_body(messages, tools, tool_choice, json_output, extra_create_args)
         response = await self._open(body, cancellation_token)
+        del body  # sent: not kept for as long as the answer streams
         model = self._config.model
-        content_type = response.content_type
+        content_type = _media_type(response)
         if content_type == "application/json":  # an upstream that ignores "stream": true
             async for item in self._completion_pieces(response, cancellation_token):
                 yield item
