@@ -156,8 +156,10 @@ class HandOverQueue(_LinesMadeOnUse, asyncio.Queue):  # type: ignore[type-arg]
         future = self._get_loop().create_future()
         if self._queue:
             future.set_result(self.get_nowait())
+        elif type(self._getters) is tuple:
+            self._getters = [future]  # a list: a run waits for one message at a time (a deque is ~760 bytes)
         else:
-            self._getters_line().append(future)
+            self._getters.append(future)
         return future
 
     def put_nowait(self, item: Any) -> None:
@@ -165,7 +167,7 @@ class HandOverQueue(_LinesMadeOnUse, asyncio.Queue):  # type: ignore[type-arg]
         self._finished.clear()
         getters = self._getters
         while getters:
-            getter = getters.popleft()
+            getter = getters.pop(0)
             if not getter.done():  # a get that was cancelled takes nothing
                 getter.set_result(item)
                 break
