@@ -35,6 +35,7 @@ _event_logger = logging.getLogger(EVENT_LOGGER_NAME)
 
 
 _NO_SPAN = contextlib.nullcontext()  # reusable: one object for every block
+_HANDLING = MessageHandlerContext._MESSAGE_HANDLER_CONTEXT  # the agent whose handler runs (autogen-core 0.7.5, pinned)
 
 
 class _NoSpans:
@@ -477,8 +478,11 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 cancellation_token=message_envelope.cancellation_token,
                 message_id=message_envelope.message_id,
             )
-            with MessageHandlerContext.populate_context(agent.id):
+            handling = _HANDLING.set(agent.id)  # as MessageHandlerContext.populate_context, without a generator per handler
+            try:
                 response = await agent.on_message(message_envelope.message, ctx=context)
+            finally:
+                _HANDLING.reset(handling)
         except BaseException as exc:
             if not future.done():
                 future.set_exception(exc)
@@ -517,12 +521,14 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             self._message_queue.task_done()
 
     async def _deliver(self, agent: Agent, message: Any, context: MessageContext) -> Any:
-        with MessageHandlerContext.populate_context(agent.id):
-            try:
-                return await agent.on_message(message, ctx=context)
-            except BaseException:
-                _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
-                raise
+        handling = _HANDLING.set(agent.id)
+        try:
+            return await agent.on_message(message, ctx=context)
+        except BaseException:
+            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
+            raise
+        finally:
+            _HANDLING.reset(handling)
 
     async def stop_after_handlers(self, timeout: float) -> None:
         """Stops the message loop of a run that was cancelled or failed, once its handlers have ended.
