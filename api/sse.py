@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextvars import ContextVar
-from typing import AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -132,6 +132,25 @@ class TimedWriteResponse(Response):
         await write_with_timeout(scope, send, self._wrapped, self._write_timeout)
 
 
+async def wait_first(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Returns when one of ``futures`` is done: ``asyncio.wait(futures, return_when=FIRST_COMPLETED)``
+    without the second coroutine and the three sets it keeps for as long as it waits (a stream's
+    whole life)."""
+    first = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not first.done():
+            first.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    try:
+        await first
+    finally:
+        for future in futures:
+            future.remove_done_callback(wake)  # the server's stop signal outlives the stream
+
+
 async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:
     """Returns when the client has gone (or the response is complete); calls ``then`` at once,
     in the same step, so what it cancels is cancelled without another turn of the loop."""
@@ -181,7 +200,7 @@ class EventStreamResponse(Response):
         if self._stopped is not None:
             waits.add(self._stopped)
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            await wait_first(waits)
             if self.write_timed_out:
                 abandon_response(scope)  # in the request's own task, where uvicorn logs
             if writer.done():
