@@ -19,7 +19,9 @@ from autogen_core import (
     RoutedAgent,
     SingleThreadedAgentRuntime,
     TopicId,
+    trace_invoke_agent_span,
 )
+from autogen_agentchat.teams._group_chat import _chat_agent_container  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
 from autogen_core._queue import Queue
@@ -27,6 +29,7 @@ from autogen_core._serialization import MessageSerializer, SerializationRegistry
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, RunContext, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
 from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
+from opentelemetry import trace
 
 from .ids import new_message_id
 
@@ -36,6 +39,18 @@ _event_logger = logging.getLogger(EVENT_LOGGER_NAME)
 
 _NO_SPAN = contextlib.nullcontext()  # reusable: one object for every block
 _HANDLING = MessageHandlerContext._MESSAGE_HANDLER_CONTEXT  # the agent whose handler runs (autogen-core 0.7.5, pinned)
+
+
+def _invoke_agent_span(*args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
+    """AgentChat's span around each agent's turn in a team (``trace_invoke_agent_span``), opened only
+    when a tracer provider is set: without one every span is a no-op, yet the stock helper keeps
+    four generators, three context managers and two OpenTelemetry contexts alive for the turn."""
+    if isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return _NO_SPAN
+    return trace_invoke_agent_span(*args, **kwargs)
+
+
+_chat_agent_container.trace_invoke_agent_span = _invoke_agent_span  # type: ignore[assignment]  # AgentChat 0.7.5, pinned
 
 
 class _NoSpans:

@@ -463,3 +463,26 @@ def test_a_body_nested_one_level_too_deep_is_refused(size: str) -> None:
     assert load_body(body(MAX_JSON_DEPTH))["pad"] == padding
     with pytest.raises(APIError, match="deeper than 128 levels"):
         load_body(body(MAX_JSON_DEPTH + 1))
+
+
+def test_agentchat_opens_its_agent_spans_only_when_a_tracer_provider_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a tracer provider AgentChat's span around an agent's turn costs nothing (every span
+    would be a no-op); with one, the span is opened and recorded as before."""
+    import contextlib
+
+    from autogen_agentchat.teams._group_chat import _chat_agent_container
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import duet.agents.runtime  # noqa: F401 - the module that makes the span conditional
+
+    assert isinstance(_chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"), contextlib.nullcontext)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    with _chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"):
+        pass
+    assert [span.name for span in exporter.get_finished_spans()] == ["invoke_agent reasoner"]
