@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from autogen_agentchat.base import OrTerminationCondition, Team, TerminationCondition
-from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, MessageFactory, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
 from autogen_core import AgentRuntime, ComponentModel
@@ -143,6 +143,7 @@ class TeamFactory:
         self._config = config
         self._origin = origin
         self._team: RoundRobinGroupChatConfig | None = None
+        self._message_factory: MessageFactory | None = None  # the first team's, shared by the rest (see _build)
         self._participants: list[_Participant] = []
         self._spare: TeamSlot | None = None  # the team made to check the component, handed out first
         made: list[ChatCompletionClient] = list((model_clients or {}).values())  # closed if loading fails
@@ -269,4 +270,9 @@ class TeamFactory:
             runtime=runtime,
         )
         made._output_message_queue = lighten_queue(HandOverQueue())  # not exported (AgentChat 0.7.5): held by every pooled team
+        # The teams' message factories are the same (the same participants, no custom types) and nothing
+        # changes one after the team is made: one for all (not exported; AgentChat 0.7.5, pinned).
+        if self._message_factory is None:
+            self._message_factory = made._message_factory
+        made._message_factory = self._message_factory
         return made
