@@ -863,6 +863,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 if pending:  # what this read brought, before anything is raised
                     yield pending_kind("".join(pending))
                     pending.clear()
+                # Nothing of this read stays with the stream while it waits for the next one.
+                events = data = chunk = choices = choice = delta = None  # type: ignore[assignment]
                 if failure is not None:
                     break
                 if done:
