@@ -145,15 +145,23 @@ class DuetAgent(BaseChatAgent):
             exc.at_stage(self.name)  # the message now says which model failed: reasoning or answer
             raise
 
-    async def _emit_turn(self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken) -> Response:
-        """The agent's turn in a Duet run: its events go to the run's reader, and its reply comes back."""
+    async def _emit_turn(
+        self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken,
+        first_event: asyncio.Future[None] | None = None,
+    ) -> Response:
+        """The agent's turn in a Duet run: its events go to the run's reader, and its reply comes back.
+        ``first_event`` is done once the first event has been handed on."""
         response: Response | None = None
         try:
             async for item in self._turn(messages, run, cancellation_token):
                 if isinstance(item, Response):
                     response = item
-                elif not run.emit(item):  # the reader is behind: read no further from the model until it catches up
+                    continue
+                if not run.emit(item):  # the reader is behind: read no further from the model until it catches up
                     await run.room()
+                if first_event is not None:
+                    first_event.set_result(None)
+                    first_event = None
         except Exception as exc:
             if isinstance(exc, UpstreamError):
                 exc.at_stage(self.name)  # the message now says which model failed: reasoning or answer
@@ -179,8 +187,10 @@ class DuetAgent(BaseChatAgent):
         calls it for the team's first speaker): its model call goes out, and its events reach the
         reader, while AgentChat is still routing the task here. The team's turn then takes its reply
         (:meth:`DuetRun.take_head_start`); a turn no team took is stopped with the run."""
-        turn = asyncio.get_running_loop().create_task(self._emit_turn(messages, run, cancellation_token))
-        run.head_start(self.name, messages, _TurnAhead(turn))
+        loop = asyncio.get_running_loop()
+        first_event = loop.create_future()
+        turn = loop.create_task(self._emit_turn(messages, run, cancellation_token, first_event))
+        run.head_start(self.name, messages, _TurnAhead(turn, first_event))
         await asyncio.sleep(0)  # the turn begins (its request goes out) before the team's first step
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
@@ -230,10 +240,16 @@ class DuetAgent(BaseChatAgent):
 class _TurnAhead:
     """A turn started ahead of the team (:meth:`DuetAgent.head_start`)."""
 
-    __slots__ = ("_task",)
+    __slots__ = ("_task", "_first_event")
 
-    def __init__(self, task: asyncio.Task[Response]) -> None:
+    def __init__(self, task: asyncio.Task[Response], first_event: asyncio.Future[None]) -> None:
         self._task = task
+        self._first_event = first_event
+
+    async def under_way(self) -> None:
+        """Returns once the turn has handed on its first event, or has ended."""
+        if not self._first_event.done():
+            await asyncio.wait((self._task, self._first_event), return_when=asyncio.FIRST_COMPLETED)
 
     async def response(self) -> Response:
         """The turn's reply, once it is done (cancelling the caller cancels the turn)."""

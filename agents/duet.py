@@ -243,8 +243,11 @@ class Duet:
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
-                if slot.first_speaker is not None:  # its turn starts while the team routes the task to it
+                if slot.first_speaker is not None:  # its turn starts before the team routes the task to it
                     await slot.first_speaker.head_start(task, run, token)
+                    # The team's routing (AgentChat's messages, a few hundred microseconds of CPU) waits
+                    # until the first event is on its way to the client: it is not on the path of the first token.
+                    await run.head_start_under_way()
                 if slot.runtime is not None:
                     slot.runtime.start()
                 finish_reason: FinishReason = "stop"

@@ -597,10 +597,10 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             }
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        encoded = json.dumps(body, ensure_ascii=False)
+        encoded = wire_json.dumps(body)
         if tools:  # the tools, each encoded once, as the body's last field
-            encoded = f"{encoded[:-1]}, \"tools\": {tools_json(tools)}}}"
-        return encoded.encode()
+            encoded = b"%s,\"tools\":%s}" % (encoded[:-1], tools_json(tools).encode())
+        return encoded
 
     async def _open(self, body: bytes, cancellation_token: CancellationToken | None) -> aiohttp.ClientResponse:
         """Sends the request; returns a 200 response (its body unread), or raises. A failure before

@@ -49,6 +49,9 @@ async def _never_full() -> None:
 class EarlyTurn(Protocol):
     """An agent's turn started before the team handed it its messages (:meth:`DuetRun.head_start`)."""
 
+    async def under_way(self) -> None:
+        """Returns once the turn has handed on its first event, or has ended."""
+
     async def close(self) -> None:
         """Stops the turn; no team took it."""
 
@@ -100,6 +103,11 @@ class DuetRun:
             return None
         self._head_start = None
         return early.turn
+
+    async def head_start_under_way(self) -> None:
+        """Returns once the turn started ahead (if any) has handed on its first event, or has ended."""
+        if self._head_start is not None:
+            await self._head_start.turn.under_way()
 
     async def drop_head_start(self) -> None:
         """Stops a turn started ahead that the team never took (the run ended before it)."""

@@ -26,9 +26,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from .process import freeze_startup_objects
 from .protocol import ErrorBody, ErrorDetail
 from .settings import ServiceOptions
-from .sse import ABORT_CONNECTION
+from .sse import ABORT_CONNECTION, HOLD_WRITES
 
 logger = logging.getLogger("duet")
+
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)  # Linux; elsewhere writes are not held
 
 ABORT_GRACE_SECONDS = 2.0  # after the drain time: for the error events to go out before connections close
 LIFESPAN_SHUTDOWN_SECONDS = 10.0  # closing model clients, MCP servers and the store
@@ -127,7 +129,16 @@ class EdgeProtocol(HttpToolsProtocol):
         self._edge.heads_read += 1
         self._cancel_head_timer()
         self.scope[ABORT_CONNECTION] = self.transport.abort  # type: ignore[typeddict-unknown-key]
+        if _TCP_CORK is not None:
+            self.scope[HOLD_WRITES] = self._hold_writes  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
+
+    def _hold_writes(self, hold: bool) -> None:
+        """Holds back (True) or sends (False) what is written to the connection (:data:`HOLD_WRITES`)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # the connection is gone: nothing to hold
+                sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, int(hold))
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

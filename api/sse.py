@@ -65,6 +65,13 @@ ABORT_CONNECTION = "duet.abort_connection"
 the edge server, :mod:`duet.api.server`): closing it would wait for a client that reads nothing."""
 
 
+HOLD_WRITES = "duet.hold_writes"
+"""Scope key of a callable that, given True, makes the connection hold back what is written until it
+is given False (set by the edge server, :mod:`duet.api.server`; TCP_CORK, so the kernel sends
+held data after 200 ms at most): the status line and the first events go out as one packet, which
+the client reads at once, instead of two it wakes for one after the other."""
+
+
 class QuietAbandonedResponses(logging.Filter):
     """For ``uvicorn.error`` (installed by :func:`duet.api.process.configure_process`): a response
     given up after ``write_timeout`` ends without completing (the client reads nothing, so no end
@@ -238,6 +245,9 @@ class EventStreamResponse(Response):
             await instead(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
+        hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES)
+        if hold_writes is not None:
+            hold_writes(True)  # the status line waits for the first chunk: one packet
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         self._last_write = loop.time()
         heartbeat = _Heartbeat(self, send, asyncio.current_task(), self._source.keep_alive)  # type: ignore[arg-type]
@@ -249,6 +259,9 @@ class EventStreamResponse(Response):
                     self._writing = True
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     self._writing = False
+                if hold_writes is not None:
+                    hold_writes(False)
+                    hold_writes = None
             self._finished = True
             self._last_write = loop.time()
             self._writing = True
@@ -260,6 +273,8 @@ class EventStreamResponse(Response):
             logger.warning("stopped a stream: its client took no data for %gs (write_timeout)", self._write_timeout)
         finally:
             heartbeat.cancel()
+            if hold_writes is not None:
+                hold_writes(False)
 
 
 class _Heartbeat:

@@ -17,6 +17,8 @@ import re
 import time
 from typing import Any
 
+import orjson
+
 from .errors import APIError
 
 MAX_JSON_DEPTH = 128
@@ -39,6 +41,8 @@ _PIECE = 1024 * 1024
 """Large bodies are decoded and searched a piece at a time, letting other threads run between pieces."""
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_NINETEEN_DIGITS = b"0" * 19  # a run of digits this long may be an integer orjson cannot hold (beyond 64 bits)
 # A string, whole, or one structural byte. A string also ends at the end of the body, so a quote
 # that opens no string is read once, not once per quote after it (which would be quadratic).
 _JSON_TOKENS = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)|[\[\]{},]', re.DOTALL)
@@ -161,10 +165,29 @@ def _may_hold_lone_surrogates(raw: bytes) -> bool:
     return False
 
 
+def _parsed_strictly(raw: bytes) -> Any:
+    """``raw`` parsed by orjson (~10x faster than ``json``), which refuses by itself what this module
+    refuses (invalid UTF-8, ``NaN``, out-of-range numbers, lone surrogate escapes); ``None`` when it
+    refuses, or when the body holds an integer orjson would turn into a float (19 digits or more)."""
+    if _NINETEEN_DIGITS in raw.translate(_DIGITS_AS_ZEROS):  # ~1 ns a byte (a regex takes ~20)
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def load_body(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or an :class:`APIError` (400) saying what is wrong with it."""
     if len(raw) > LARGE_BODY_BYTES:
         _scan_large(raw)
+    body = _parsed_strictly(raw)
+    if body is not None:
+        if not isinstance(body, dict):
+            raise APIError(400, "the body must be a JSON object", code="invalid_json")
+        _check_depth(raw, body)
+        return body
+    # Refused (or not for orjson to say): the standard library parses it again, to say what is wrong.
     try:
         text = _decode(raw)
     except UnicodeDecodeError as exc:

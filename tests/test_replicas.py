@@ -31,6 +31,9 @@ PIPELINE = "duet-replicas"
 QUESTION = [{"role": "user", "content": "Who is a@b.c?"}]
 NOTIFY = tool("notify_user", "Shows a notification in the client app.", {"message": {"type": "string"}})
 CHECK_INTERVAL_MS = 200  # HAProxy's health check of each replica; two failures take one out
+# A check may take up to 2 s ("timeout check"; without it the interval is the timeout, and a replica
+# slow to answer on a loaded machine was taken out with the killed one: 502/503 for everything).
+# A killed replica refuses the connection at once, so it is still taken out within two intervals.
 REQUEST_TIMEOUT = 30.0
 
 
@@ -84,6 +87,7 @@ def start_balancer(ports: list[int], directory: Path) -> Balancer:
 defaults
     mode http
     timeout connect 2s
+    timeout check 2s
     timeout client {int(REQUEST_TIMEOUT)}s
     timeout server {int(REQUEST_TIMEOUT)}s
     retries 2

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import sys
+
 import httpx
 import openai
 import pytest
@@ -161,3 +164,20 @@ def test_reasoner_call_is_closed_when_thinking_ends(http: httpx.Client, upstream
     call = upstream.requests_for(REASONER)[0]
     assert call.ended.wait(5) and call.aborted
     assert call.finished_at - call.received_at < 1.0  # not the 2 s the draft would take
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes are held with TCP_CORK (Linux)")
+def test_the_status_line_and_the_first_events_arrive_together(duet: DuetServer) -> None:
+    """The client wakes once for both: the status line is held back until the first events are written."""
+    body = b'{"model": "duet", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    for _ in range(5):  # every time, not by luck of timing
+        with socket.create_connection(("127.0.0.1", duet.port)) as sock:
+            sock.sendall(request)
+            sock.settimeout(5)
+            first_read = sock.recv(65536)  # returns as soon as the first packet arrives
+            assert first_read.startswith(b"HTTP/1.1 200"), first_read[:200]
+            assert b'"reasoning_content":"' in first_read, first_read  # the model's first thought

@@ -14,7 +14,7 @@ import aiohttp
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.base import TaskResult
+from autogen_agentchat.base import Response, TaskResult
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.messages import (
     HandoffMessage,
@@ -63,6 +63,7 @@ from duet.agents import (
     current_run,
     task_messages,
 )
+from duet.agents.base import DuetAgent
 from duet.agents.continuations import Continuation, splice, tool_rounds
 from duet.agents.conversation import DUET_CALL_ID, MISSING_RESULT, ends_with_tool_results, last_user_text
 from duet.agents.messages import (
@@ -188,6 +189,9 @@ class _EarlyTurn:
     def __init__(self) -> None:
         self.closed = False
 
+    async def under_way(self) -> None:
+        return None
+
     async def close(self) -> None:
         self.closed = True
 
@@ -203,6 +207,41 @@ def test_a_turn_started_ahead_goes_to_its_agent_for_exactly_its_messages() -> No
     assert run.take_head_start("reasoner", task) is None  # taken once: the agent owns it now
     asyncio.run(run.drop_head_start())
     assert not call.closed  # a taken turn is its agent's
+
+
+class _GatedAgent(DuetAgent):
+    """Its turn waits for ``gate`` before each of ``events``, and before its reply."""
+
+    def __init__(self, gate: asyncio.Event, events: list[Any]) -> None:
+        super().__init__("gated", "waits for its gate", None)
+        self._gate, self._events = gate, events
+
+    async def _turn(self, messages: Any, run: Any, cancellation_token: CancellationToken) -> Any:
+        for event in self._events:
+            await self._gate.wait()
+            self._gate.clear()
+            yield event
+        await self._gate.wait()
+        yield Response(chat_message=TextMessage(source=self.name, content="done"))
+
+
+@pytest.mark.parametrize("events", [[ReasoningDelta(text="first", source="gated"), ReasoningDelta(text="second", source="gated")], []], ids=["events", "none"])
+def test_the_team_routes_a_turn_started_ahead_once_its_first_event_is_on_its_way(events: list[Any]) -> None:
+    """The team's routing is not on the path of the first token: the run waits for the turn's
+    first event (or its end, when it hands on none) before the team takes its first step."""
+    async def scenario() -> None:
+        gate, sink = asyncio.Event(), []
+        run = _run(sink)
+        await _GatedAgent(gate, events).head_start([TextMessage(source="client", content="hi")], run, CancellationToken())
+        waiting = asyncio.ensure_future(run.head_start_under_way())
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and sink == []  # nothing handed on yet: the team would still wait
+        gate.set()
+        await asyncio.wait_for(waiting, 5)  # at the first event, while the turn still waits for the next
+        assert sink == events[:1]
+        await run.drop_head_start()
+
+    asyncio.run(scenario())
 
 
 def test_a_turn_started_ahead_that_no_team_took_is_stopped_with_the_run() -> None:

@@ -486,3 +486,35 @@ def test_agentchat_opens_its_agent_spans_only_when_a_tracer_provider_is_set(monk
     with _chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"):
         pass
     assert [span.name for span in exporter.get_finished_spans()] == ["invoke_agent reasoner"]
+
+
+# --- the body's parse: orjson first, the standard library for what it refuses --------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), _json_values, max_size=6), st.booleans())
+def test_a_body_parses_to_exactly_what_the_standard_library_reads(body: dict[str, Any], ascii_only: bool) -> None:
+    """Integers of any size (orjson holds 64 bits), floats, any text (as UTF-8 or as escapes, surrogate
+    pairs included): the same values of the same types."""
+    raw = json.dumps(body, ensure_ascii=ascii_only).encode()
+    expected = json.loads(raw)
+    parsed = load_body(raw)
+    assert parsed == expected
+    assert _types(parsed) == _types(expected)
+
+
+def _types(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _types(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_types(item) for item in value]
+    return type(value)
