@@ -22,6 +22,7 @@ Public API:
 - events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
   :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union); :class:`ReasoningParagraphs` (how reasoning
   from two sources is joined);
+- :class:`RunToken` — a run's cancellation token (forgets the futures it linked once they are done);
 - :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
 - errors: :class:`UpstreamError` and its subclasses, :class:`TeamLoadError`, :class:`RunNotBoundError`.
 """
@@ -29,6 +30,7 @@ Public API:
 from .answer_agent import AnswerAgent, AnswerAgentConfig, AnswerAgentOptions
 from .answer_reasoning import ModelReasoning, ReasonedAssistantMessage
 from .base import DuetAgentOptions
+from .cancellation import RunToken
 from .conversation import ConversationError, ImageURL, conversation_from_openai
 from .duet import Duet
 from .errors import (
@@ -122,6 +124,7 @@ __all__ = [
     "ReasoningParagraphs",
     "ReasoningText",
     "RunNotBoundError",
+    "RunToken",
     "TeamFactory",
     "TeamLoadError",
     "ToolCall",

@@ -21,6 +21,7 @@ from autogen_core.models import AssistantMessage, ChatCompletionClient, Function
 
 from duet.workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, proxy_tools_from_openai
 
+from .cancellation import RunToken
 from .continuations import (
     Continuation,
     ContinuationStore,
@@ -209,7 +210,7 @@ class Duet:
             request=request,
             observer=observer,
         )
-        token = cancellation_token or CancellationToken()
+        token = cancellation_token or RunToken()
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
         return DuetStream(channel, asyncio.create_task(self._drive(conversation, run, token)), token)
 

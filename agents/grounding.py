@@ -30,6 +30,7 @@ from typing_extensions import Self
 from duet.workbenches import DuetWorkbench
 
 from .base import DuetAgent
+from .cancellation import child_token, unlink_child
 from .conversation import last_user_text
 from .events import DuetEvent, ReasoningDelta
 from .messages import grounding_reply, read_task
@@ -174,14 +175,15 @@ class GroundingAgent(DuetAgent, Component[GroundingAgentConfig]):
         """One tool's result text, or why there is none. Never raises but for the request's cancellation."""
         if isinstance(workbench, DuetWorkbench) and workbench.client_tool(name) is not None:
             return "", "it is a client tool, and grounding runs only service tools"
-        call_token = CancellationToken()  # stopped at the timeout, or with the request
-        cancellation_token.add_callback(call_token.cancel)
+        call_token = child_token(cancellation_token)  # stopped at the timeout, or with the request
         try:
             async with asyncio.timeout(self._options.timeout):
                 result = await workbench.call_tool(name, arguments, call_token)
         except TimeoutError:
             call_token.cancel()
             return "", f"no answer within {self._options.timeout:g} s"
+        finally:
+            unlink_child(cancellation_token, call_token)
         text = result.to_text()
         if result.is_error or _error_body(text):
             return "", _preview(text, 200)

@@ -316,12 +316,23 @@ class _ReadCancelled(asyncio.CancelledError):
     """
 
 
-def _abort_read(response: aiohttp.ClientResponse) -> None:
+def _abort_read(reference: weakref.ref[aiohttp.ClientResponse]) -> None:
     """The cancellation callback of an open response: stops a pending read at once and drops the
-    connection, so the upstream stops generating."""
+    connection, so the upstream stops generating. Holds the response weakly: the token outlives it
+    (a run's token, the reasoner's response), and a response nobody reads any more needs no abort."""
+    response = reference()
+    if response is None:
+        return
     if response.content.exception() is None:
         response.content.set_exception(_ReadCancelled())
     response.close()
+
+
+def _media_type(response: aiohttp.ClientResponse) -> str:
+    """``response.content_type`` (lower case, no parameters), without the dict of the header's
+    parameters aiohttp parses and keeps on the response (~1.5 KB) for it."""
+    media_type = (response.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    return media_type if media_type.count("/") == 1 else "application/octet-stream"  # aiohttp's default
 
 
 def _forget(exc: BaseException) -> None:
@@ -652,7 +663,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if cancellation_token is not None:
             # Closing the response aborts a read at once and drops the connection, so the
             # upstream stops generating; no task per chunk is needed.
-            cancellation_token.add_callback(functools.partial(_abort_read, response))
+            cancellation_token.add_callback(functools.partial(_abort_read, weakref.ref(response)))
         return response
 
     def _retry_delay(self, failure: UpstreamError, retries: int) -> float | None:
@@ -746,8 +757,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise asyncio.CancelledError()
         body = self._request_body(messages, tools, tool_choice, json_output, extra_create_args)
         response = await self._open(body, cancellation_token)
+        del body  # sent: not kept for as long as the answer streams
         model = self._config.model
-        content_type = response.content_type
+        content_type = _media_type(response)
         if content_type == "application/json":  # an upstream that ignores "stream": true
             async for item in self._completion_pieces(response, cancellation_token):
                 yield item
@@ -851,6 +863,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 if pending:  # what this read brought, before anything is raised
                     yield pending_kind("".join(pending))
                     pending.clear()
+                # Nothing of this read stays with the stream while it waits for the next one.
+                events = data = chunk = choices = choice = delta = None  # type: ignore[assignment]
                 if failure is not None:
                     break
                 if done:

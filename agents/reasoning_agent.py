@@ -17,6 +17,7 @@ from typing_extensions import Self
 from duet.workbenches import derived_from
 
 from .base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
+from .cancellation import child_token, unlink_child
 from .conversation import as_transcript, ends_with_tool_results
 from .events import DuetEvent, ReasoningDelta, Usage
 from .grounding import retrieved_context
@@ -183,8 +184,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         call_token, timer = cancellation_token, None
         if self._max_reasoning_seconds:
             # The call gets a token of its own, cancelled by the request's or when the time is up.
-            call_token = CancellationToken()
-            cancellation_token.add_callback(call_token.cancel)
+            call_token = child_token(cancellation_token)
             timer = asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
         splitter = ReasoningSplitter()
         parts: list[str] = []
@@ -224,6 +224,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         finally:
             if timer is not None:
                 timer.cancel()
+                unlink_child(cancellation_token, call_token)
             await stream.aclose()
         if limit_note:  # the client sees why the reasoning ends here; the answer agent goes on with it
             limit_note = ("\n\n" if parts else "") + limit_note

@@ -19,13 +19,17 @@ from autogen_core import (
     RoutedAgent,
     SingleThreadedAgentRuntime,
     TopicId,
+    trace_invoke_agent_span,
 )
+from autogen_agentchat.teams._group_chat import _chat_agent_container  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
+from autogen_core._queue import Queue
 from autogen_core._serialization import MessageSerializer, SerializationRegistry
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, RunContext, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
 from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
+from opentelemetry import trace
 
 from .ids import new_message_id
 
@@ -34,6 +38,19 @@ _event_logger = logging.getLogger(EVENT_LOGGER_NAME)
 
 
 _NO_SPAN = contextlib.nullcontext()  # reusable: one object for every block
+_HANDLING = MessageHandlerContext._MESSAGE_HANDLER_CONTEXT  # the agent whose handler runs (autogen-core 0.7.5, pinned)
+
+
+def _invoke_agent_span(*args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
+    """AgentChat's span around each agent's turn in a team (``trace_invoke_agent_span``), opened only
+    when a tracer provider is set: without one every span is a no-op, yet the stock helper keeps
+    four generators, three context managers and two OpenTelemetry contexts alive for the turn."""
+    if isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return _NO_SPAN
+    return trace_invoke_agent_span(*args, **kwargs)
+
+
+_chat_agent_container.trace_invoke_agent_span = _invoke_agent_span  # type: ignore[assignment]  # AgentChat 0.7.5, pinned
 
 
 class _NoSpans:
@@ -117,6 +134,65 @@ def lighten_queue(queue: Any) -> Any:
     return queue
 
 
+class _LinesMadeOnUse:
+    """For a queue class (``asyncio.Queue`` or autogen-core's copy of it: the same fields; 0.7.5,
+    pinned): its items' and its getters' deques (~760 bytes each) are made by the first put and the
+    first get that waits. A team's queues are held by every pooled team, and most never queue."""
+
+    _queue: Any
+    _getters: Any
+
+    def _lines_made_on_use(self) -> None:
+        self._queue = self._getters = ()  # read as empty until then
+
+    def _put(self, item: Any) -> None:
+        if type(self._queue) is tuple:
+            self._queue = collections.deque()
+        self._queue.append(item)
+
+    def _getters_line(self) -> collections.deque[asyncio.Future[Any]]:
+        if type(self._getters) is tuple:
+            self._getters = collections.deque()
+        return self._getters  # type: ignore[no-any-return]
+
+
+class HandOverQueue(_LinesMadeOnUse, asyncio.Queue):  # type: ignore[type-arg]
+    """An unbounded ``asyncio.Queue`` whose ``get()`` returns a future (awaited as the coroutine
+    was) instead of a coroutine, and whose ``put`` hands an item straight to a waiting ``get``.
+
+    For a team's output queue: AgentChat's ``run_stream`` (0.7.5, pinned) waits for each message as
+    ``ensure_future(queue.get())``, a task (and its coroutine) for every message of every run; a
+    future is taken as it is. Nothing calls ``task_done`` or ``join`` on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lines_made_on_use()
+
+    def get(self) -> asyncio.Future[Any]:  # type: ignore[override]
+        future = self._get_loop().create_future()
+        if self._queue:
+            future.set_result(self.get_nowait())
+        elif type(self._getters) is tuple:
+            self._getters = [future]  # a list: a run waits for one message at a time (a deque is ~760 bytes)
+        else:
+            self._getters.append(future)
+        return future
+
+    def put_nowait(self, item: Any) -> None:
+        self._unfinished_tasks += 1
+        self._finished.clear()
+        getters = self._getters
+        while getters:
+            getter = getters.pop(0)
+            if not getter.done():  # a get that was cancelled takes nothing
+                getter.set_result(item)
+                break
+        else:
+            self._put(item)
+        if not getters:
+            self._getters = ()  # the line is made again by the next get that waits
+
+
 class _KnownSerializers(SerializationRegistry):
     """The message serializers of every lean runtime in the process, by type name and content type.
     The stock runtime keeps a registry of its own, and each team adds a serializer for each message
@@ -151,12 +227,63 @@ class _StopFlag:
 
 class _RunContext(RunContext):
     """autogen-core's ``RunContext`` (0.7.5, pinned) with a flag for its stop signal instead of an
-    ``asyncio.Event`` and the waiting list every event makes (its loop only reads the signal)."""
+    ``asyncio.Event`` and the waiting list every event makes (its loop only reads the signal), and
+    whose message loop starts with the first message queued (:meth:`start_loop`): a lean runtime
+    hands most messages straight to their handlers, and a loop task waiting on an empty queue costs
+    a task and its coroutines for every team in a run. Stopping works as the stock context's: a
+    handler's failure that no loop raised is raised by ``stop`` and ``stop_when_idle``."""
 
     def __init__(self, runtime: SingleThreadedAgentRuntime) -> None:  # RunContext.__init__ would make the event
         self._runtime = runtime
-        self._run_task = asyncio.create_task(self._run())
+        self._run_task: asyncio.Task[None] | None = None
         self._stopped = _StopFlag()  # type: ignore[assignment]
+        if not runtime._message_queue.empty():  # queued before the runtime started
+            self.start_loop()
+
+    def start_loop(self) -> None:
+        if self._run_task is None and not self._stopped.is_set():
+            self._run_task = asyncio.create_task(self._run())
+
+    @property
+    def loop_running(self) -> bool:
+        return self._run_task is not None and not self._run_task.done()
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        self._runtime._message_queue.shutdown(immediate=True)  # type: ignore[attr-defined]
+        await self._end_loop()
+
+    async def stop_when_idle(self) -> None:
+        await self._runtime._message_queue.join()  # type: ignore[attr-defined]
+        await self.stop()
+
+    async def _end_loop(self) -> None:
+        if self._run_task is not None:
+            await self._run_task  # raises what the loop raised, a handler's failure among it
+            return
+        failure = self._runtime._background_exception  # type: ignore[attr-defined]
+        if failure is not None:  # as the loop raises it when its queue shuts down
+            self._runtime._background_exception = None  # type: ignore[attr-defined]
+            raise failure
+
+
+class _MessageQueue(_LinesMadeOnUse, Queue):  # type: ignore[type-arg]
+    """The lean runtime's message queue: a message put on it starts the runtime's message loop."""
+
+    def __init__(self, runtime: "LeanAgentRuntime") -> None:
+        super().__init__()
+        self._lines_made_on_use()
+        self._runtime = runtime
+
+    async def get(self) -> Any:
+        self._getters_line()
+        return await super().get()
+
+    def _put(self, item: Any) -> None:
+        super()._put(item)
+        run_context = self._runtime._run_context
+        if run_context is not None:
+            run_context.start_loop()  # type: ignore[attr-defined]
 
 
 class LeanAgentRuntime(SingleThreadedAgentRuntime):
@@ -191,7 +318,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._serialization_registry = _KNOWN_SERIALIZERS
-        lighten_queue(self._message_queue)
+        self._message_queue = lighten_queue(_MessageQueue(self))
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
@@ -218,13 +345,13 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         try:
             await super().stop()
         finally:
-            lighten_queue(self._message_queue)  # the fresh queue the stock runtime made
+            self._message_queue = lighten_queue(_MessageQueue(self))  # instead of the stock runtime's fresh queue
 
     async def stop_when_idle(self) -> None:
         try:
             await super().stop_when_idle()
         finally:
-            lighten_queue(self._message_queue)
+            self._message_queue = lighten_queue(_MessageQueue(self))
 
     async def _invoke_agent_factory(self, agent_factory: Callable[..., Any], agent_id: AgentId) -> Any:
         agent = await super()._invoke_agent_factory(agent_factory, agent_id)
@@ -366,8 +493,11 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 cancellation_token=message_envelope.cancellation_token,
                 message_id=message_envelope.message_id,
             )
-            with MessageHandlerContext.populate_context(agent.id):
+            handling = _HANDLING.set(agent.id)  # as MessageHandlerContext.populate_context, without a generator per handler
+            try:
                 response = await agent.on_message(message_envelope.message, ctx=context)
+            finally:
+                _HANDLING.reset(handling)
         except BaseException as exc:
             if not future.done():
                 future.set_exception(exc)
@@ -406,12 +536,14 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             self._message_queue.task_done()
 
     async def _deliver(self, agent: Agent, message: Any, context: MessageContext) -> Any:
-        with MessageHandlerContext.populate_context(agent.id):
-            try:
-                return await agent.on_message(message, ctx=context)
-            except BaseException:
-                _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
-                raise
+        handling = _HANDLING.set(agent.id)
+        try:
+            return await agent.on_message(message, ctx=context)
+        except BaseException:
+            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
+            raise
+        finally:
+            _HANDLING.reset(handling)
 
     async def stop_after_handlers(self, timeout: float) -> None:
         """Stops the message loop of a run that was cancelled or failed, once its handlers have ended.
@@ -430,7 +562,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         try:
             while True:
                 running = set(self._background_tasks)
-                queued = not self._message_queue.empty() and not self._run_context._run_task.done()
+                queued = not self._message_queue.empty() and self._run_context.loop_running  # type: ignore[attr-defined]
                 handlers |= running
                 left = deadline - loop.time()
                 if not (running or queued) or left <= 0:

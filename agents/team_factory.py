@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from autogen_agentchat.base import OrTerminationCondition, Team, TerminationCondition
-from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, MessageFactory, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
 from autogen_core import AgentRuntime, ComponentModel
@@ -23,7 +23,7 @@ from .messages import ANSWERER_NAME, REASONER_NAME
 from .model_client import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from .pool import TeamSlot
 from .reasoning_agent import ReasoningAgent
-from .runtime import LeanAgentRuntime, lighten_queue
+from .runtime import HandOverQueue, LeanAgentRuntime, lighten_queue
 from .settings import REASONER_MODEL_INFO, PipelineSettings
 from .team import build_team, duet_termination
 from .team_files import diagnose, load_team
@@ -143,6 +143,7 @@ class TeamFactory:
         self._config = config
         self._origin = origin
         self._team: RoundRobinGroupChatConfig | None = None
+        self._message_factory: MessageFactory | None = None  # the first team's, shared by the rest (see _build)
         self._participants: list[_Participant] = []
         self._spare: TeamSlot | None = None  # the team made to check the component, handed out first
         made: list[ChatCompletionClient] = list((model_clients or {}).values())  # closed if loading fails
@@ -268,5 +269,10 @@ class TeamFactory:
             emit_team_events=team.emit_team_events,
             runtime=runtime,
         )
-        lighten_queue(made._output_message_queue)  # not exported (AgentChat 0.7.5): held by every pooled team
+        made._output_message_queue = lighten_queue(HandOverQueue())  # not exported (AgentChat 0.7.5): held by every pooled team
+        # The teams' message factories are the same (the same participants, no custom types) and nothing
+        # changes one after the team is made: one for all (not exported; AgentChat 0.7.5, pinned).
+        if self._message_factory is None:
+            self._message_factory = made._message_factory
+        made._message_factory = self._message_factory
         return made

@@ -28,7 +28,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput, RunToken
 from duet.workbenches import ProxyTool
 
 from .chunks import PING
@@ -222,7 +222,7 @@ class Service:
             # (the model clients check it before each call): a client that leaves before a model call
             # starts never costs one. The watcher's task is made first, so in the next turn of the
             # loop it sees a client that is gone already before the run's first step does.
-            token = CancellationToken()
+            token = RunToken()
             disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive, then=token.cancel))
             response_id = f"{protocol.id_prefix}{uuid.uuid4().hex}"
             try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextvars import ContextVar
-from typing import AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -139,6 +139,25 @@ class TimedWriteResponse(Response):
         await write_with_timeout(scope, send, self._wrapped, self._write_timeout)
 
 
+async def wait_first(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Returns when one of ``futures`` is done: ``asyncio.wait(futures, return_when=FIRST_COMPLETED)``
+    without the second coroutine and the three sets it keeps for as long as it waits (a stream's
+    whole life)."""
+    first = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not first.done():
+            first.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    try:
+        await first
+    finally:
+        for future in futures:
+            future.remove_done_callback(wake)  # the server's stop signal outlives the stream
+
+
 async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:
     """Returns when the client has gone (or the response is complete); calls ``then`` at once,
     in the same step, so what it cancels is cancelled without another turn of the loop."""
@@ -188,7 +207,7 @@ class EventStreamResponse(Response):
         if self._stopped is not None:
             waits.add(self._stopped)
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            await wait_first(waits)
             if self.write_timed_out:
                 abandon_response(scope)  # in the request's own task, where uvicorn logs
             if writer.done():
@@ -231,7 +250,7 @@ class EventStreamResponse(Response):
             hold_writes(True)  # the status line waits for the first chunk: one packet
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         self._last_write = loop.time()
-        heartbeat = asyncio.create_task(self._heartbeat(send, asyncio.current_task(), self._source.keep_alive))  # type: ignore[arg-type]
+        heartbeat = _Heartbeat(self, send, asyncio.current_task(), self._source.keep_alive)  # type: ignore[arg-type]
         try:
             async for chunk in self._source.chunks():
                 if chunk:
@@ -257,30 +276,61 @@ class EventStreamResponse(Response):
             if hold_writes is not None:
                 hold_writes(False)
 
-    async def _heartbeat(self, send: Send, writer: asyncio.Task[None], keep_alive: bytes) -> None:
-        """Pings a quiet stream; cancels ``writer`` once a write has waited ``write_timeout`` for the client."""
-        loop = asyncio.get_running_loop()
-        while True:
-            since = loop.time() - self._last_write
-            if self._writing:
-                if since >= self._write_timeout:
-                    self.write_timed_out = True
-                    writer.cancel()
-                    return
-                wait = self._write_timeout - since
-            elif since >= self._ping_interval:
-                if self._finished:
-                    return
-                self._last_write = loop.time()
-                try:
-                    async with asyncio.timeout(self._write_timeout):
-                        await send({"type": "http.response.body", "body": keep_alive, "more_body": True})
-                except TimeoutError:
-                    self.write_timed_out = True
-                    writer.cancel()
-                    return
-                continue
-            else:
-                # Also awake by the time a write that begins now may have waited too long.
-                wait = min(self._ping_interval - since, self._write_timeout)
-            await asyncio.sleep(wait)
+
+class _Heartbeat:
+    """Pings a quiet stream; cancels ``writer`` once a write has waited ``write_timeout`` for the
+    client. A timer of the event loop, not a task: a stream that is writing costs no task and no
+    coroutine for it; a task lives only while a ping is being written. :meth:`cancel` stops it."""
+
+    __slots__ = ("_response", "_send", "_writer", "_keep_alive", "_loop", "_timer", "_ping")
+
+    def __init__(self, response: EventStreamResponse, send: Send, writer: asyncio.Task[None], keep_alive: bytes) -> None:
+        self._response = response
+        self._send = send
+        self._writer = writer
+        self._keep_alive = keep_alive
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._ping: asyncio.Task[None] | None = None
+        self._check()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._ping is not None:
+            self._ping.cancel()
+
+    def _check(self) -> None:
+        response = self._response
+        self._timer = None
+        since = self._loop.time() - response._last_write
+        if response._writing:
+            if since >= response._write_timeout:
+                self._time_out()
+                return
+            wait = response._write_timeout - since
+        elif since >= response._ping_interval:
+            if response._finished:
+                return
+            response._last_write = self._loop.time()
+            self._ping = self._loop.create_task(self._write_ping())
+            return
+        else:
+            # Also awake by the time a write that begins now may have waited too long.
+            wait = min(response._ping_interval - since, response._write_timeout)
+        self._timer = self._loop.call_later(wait, self._check)
+
+    async def _write_ping(self) -> None:
+        try:
+            async with asyncio.timeout(self._response._write_timeout):
+                await self._send({"type": "http.response.body", "body": self._keep_alive, "more_body": True})
+        except TimeoutError:
+            self._time_out()
+            return
+        finally:
+            self._ping = None
+        self._check()
+
+    def _time_out(self) -> None:
+        self._response.write_timed_out = True
+        self._writer.cancel()

@@ -14,17 +14,18 @@ import threading
 import time
 from typing import Iterator
 
+import aiohttp
 import httpx
 import pytest
 import uvicorn
 
-from duet.agents import AnswerSettings, PipelineSettings, ReasonerSettings
+from duet.agents import AnswerSettings, ContentDelta, Duet, PipelineSettings, ReasonerSettings
 from duet.api.app import ServiceConfig, create_app
 from duet.api.process import configure_process, freeze_startup_objects
 from duet.api.settings import ServiceOptions
 from tests.aborts import ABORT_POINTS, abort_many, abort_responder
 from tests.conftest import free_port, wait_for_port
-from tests.scripted_upstream import ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedUpstream
 from duet.workbenches import ToolsSettings
 
 KEY = "leak-key"
@@ -144,3 +145,27 @@ def test_a_thousand_hang_ups_leave_nothing_behind(served: tuple[InProcessDuet, S
     assert grown.get("frame", 0) < 20 and grown.get("traceback", 0) < 20, grown
     assert all(grown.get(name, 0) < 50 for name in REQUEST_TYPES), grown
     assert grown.get("(total)", 0) < 3000, grown
+
+
+def test_a_finished_stage_leaves_nothing_for_the_rest_of_the_run() -> None:
+    """While the answer streams, the reasoner's upstream response (and all that hangs on it) is
+    already gone: an open stream holds what its current stage needs, not what its run has done."""
+
+    async def responses_while_answering(base_url: str) -> int:
+        settings = PipelineSettings(reasoner=ReasonerSettings(base_url=base_url, model="r1"),
+                                    answer=AnswerSettings(base_url=base_url, model="answer"))
+        async with Duet.from_settings(settings) as duet:
+            stream = duet.start([{"role": "user", "content": "Plan a picnic."}])
+            try:
+                async for event in stream:
+                    if isinstance(event, ContentDelta):
+                        gc.collect()
+                        return sum(isinstance(o, aiohttp.ClientResponse) for o in gc.get_objects())
+            finally:
+                await stream.close()
+        raise AssertionError("the answer never streamed")
+
+    with ScriptedUpstream() as upstream:
+        upstream.script("r1", Reply(reasoning=["Sandwiches, ", "fruit."], delay_between=0.05))
+        upstream.script("answer", Reply(content=["Bring ", "sandwiches ", "and ", "fruit."], delay_between=0.05))
+        assert asyncio.run(responses_while_answering(upstream.base_url)) == 1  # the answer's own

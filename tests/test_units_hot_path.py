@@ -15,7 +15,7 @@ import pytest
 from autogen_core import AgentId, ClosureAgent, ClosureContext, DefaultTopicId, MessageContext
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 
-from duet.agents.runtime import LeanAgentRuntime
+from duet.agents.runtime import HandOverQueue, LeanAgentRuntime
 
 
 class Counted:
@@ -112,8 +112,8 @@ async def _a_round_of_messages(runtime: SingleThreadedAgentRuntime) -> tuple[lis
         created += 1
         return asyncio.Task(coro, loop=loop, **kwargs)
 
-    runtime.start()
     loop.set_task_factory(counting_factory)
+    runtime.start()
     try:
         received.append(await asyncio.wait_for(runtime.send_message(Counted("hi"), AgentId("first", "default")), 5))
         with pytest.raises(ValueError, match="handler failed"):
@@ -128,8 +128,9 @@ async def _a_round_of_messages(runtime: SingleThreadedAgentRuntime) -> tuple[lis
 
 def test_an_unobserved_lean_runtime_delivers_the_same_with_fewer_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
     """No logging, event log, spans or intervention: a reply resolves its sender's future without a
-    trip through the queue (a task fewer per send) and one subscriber's handler runs in the publishing
-    task (a task fewer per publish); what is delivered, replied and raised is the stock runtime's."""
+    trip through the queue (a task fewer per send), one subscriber's handler runs in the publishing
+    task (a task fewer per publish) and no message loop waits on the empty queue (a task fewer per
+    run); what is delivered, replied and raised is the stock runtime's."""
     monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
     stock_received, stock_tasks = asyncio.run(_a_round_of_messages(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False)))
     lean = LeanAgentRuntime(ignore_unhandled_exceptions=False)
@@ -137,8 +138,27 @@ def test_an_unobserved_lean_runtime_delivers_the_same_with_fewer_tasks(monkeypat
     lean_received, lean_tasks = asyncio.run(_a_round_of_messages(lean))
     assert sorted(lean_received) == sorted(stock_received) == sorted(
         ["rpc hi", "re: hi", "alone to one", "both to two", "both to two"])
-    # a task fewer for the reply to the send that succeeded, and for the publish with one subscriber
-    assert stock_tasks - lean_tasks == 2
+    # a task fewer for the reply to the send that succeeded, for the publish with one subscriber, and the loop's
+    assert stock_tasks - lean_tasks == 3
+
+
+def test_a_hand_over_queue_gives_futures_not_tasks() -> None:
+    """A team's output queue: each message AgentChat waits for costs a future, not a task; items come
+    out in order whether the get or the put comes first, and a cancelled get takes nothing."""
+
+    async def main() -> list[Any]:
+        queue = HandOverQueue()
+        waiting = asyncio.ensure_future(queue.get())  # as AgentChat's run_stream waits
+        assert not isinstance(waiting, asyncio.Task)
+        cancelled = queue.get()
+        await queue.put("first")
+        cancelled.cancel()  # the second get gives up before anything is there for it
+        later = queue.get()
+        queue.put_nowait("second")
+        queue.put_nowait("third")
+        return [await waiting, cancelled.cancelled(), await later, await queue.get(), queue.empty()]
+
+    assert asyncio.run(main()) == ["first", True, "second", "third", True]
 
 
 @pytest.mark.parametrize("observed_by", ["spans", "info"])
@@ -443,6 +463,29 @@ def test_a_body_nested_one_level_too_deep_is_refused(size: str) -> None:
     assert load_body(body(MAX_JSON_DEPTH))["pad"] == padding
     with pytest.raises(APIError, match="deeper than 128 levels"):
         load_body(body(MAX_JSON_DEPTH + 1))
+
+
+def test_agentchat_opens_its_agent_spans_only_when_a_tracer_provider_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a tracer provider AgentChat's span around an agent's turn costs nothing (every span
+    would be a no-op); with one, the span is opened and recorded as before."""
+    import contextlib
+
+    from autogen_agentchat.teams._group_chat import _chat_agent_container
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import duet.agents.runtime  # noqa: F401 - the module that makes the span conditional
+
+    assert isinstance(_chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"), contextlib.nullcontext)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    with _chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"):
+        pass
+    assert [span.name for span in exporter.get_finished_spans()] == ["invoke_agent reasoner"]
 
 
 # --- the body's parse: orjson first, the standard library for what it refuses --------------------
