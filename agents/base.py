@@ -184,8 +184,8 @@ class DuetAgent(BaseChatAgent):
 
     async def head_start(self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken) -> None:
         """Starts this agent's turn on ``messages`` now, before the team hands them over (the run
-        calls it for the team's first speaker): its model call goes out, and its events reach the
-        reader, while AgentChat is still routing the task here. The team's turn then takes its reply
+        calls it for the team's first speaker): its model call goes out, and its first events reach the
+        reader, before AgentChat routes the task here (the run waits for :meth:`_TurnAhead.under_way`). The team's turn then takes its reply
         (:meth:`DuetRun.take_head_start`); a turn no team took is stopped with the run."""
         loop = asyncio.get_running_loop()
         first_event = loop.create_future()

@@ -75,7 +75,7 @@ class DuetRun:
     ``observer`` watches the run's model, tool and store calls (:mod:`duet.agents.observe`).
 
     A run may hold one turn started ahead of the team (:meth:`head_start`): the agent that speaks
-    first starts its turn while the team is still routing the task to it.
+    first starts its turn before the team routes the task to it (:meth:`head_start_under_way`).
     """
 
     emit: Callable[[DuetEvent], bool]
