@@ -135,9 +135,13 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _hold_writes(self, hold: bool) -> None:
         """Holds back (True) or sends (False) what is written to the connection (:data:`HOLD_WRITES`)."""
-        sock = self.transport.get_extra_info("socket")
+        transport = self.transport
+        if transport.is_closing():  # the client hung up: nothing to hold or send
+            return
+        sock = transport.get_extra_info("socket")
         if sock is not None:
-            with contextlib.suppress(OSError):  # the connection is gone: nothing to hold
+            # The connection may be gone all the same: uvloop's socket then has no file (ValueError).
+            with contextlib.suppress(OSError, ValueError):
                 sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, int(hold))
 
     def on_message_complete(self) -> None:

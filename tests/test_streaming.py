@@ -167,6 +167,41 @@ def test_reasoner_call_is_closed_when_thinking_ends(http: httpx.Client, upstream
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes are held with TCP_CORK (Linux)")
+def test_holding_writes_for_a_client_that_already_hung_up_is_no_error() -> None:
+    """A client may hang up just as its stream's status line is held back: on the server's own event
+    loop (uvloop), with a real connection whose client closed it, holding and sending do nothing."""
+    import asyncio
+    import types
+
+    import uvloop
+
+    from duet.api.server import EdgeProtocol
+
+    async def main() -> None:
+        accepted: asyncio.Future[asyncio.Transport] = asyncio.get_running_loop().create_future()
+
+        class Accept(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                accepted.set_result(transport)  # type: ignore[arg-type]
+
+        server = await asyncio.get_running_loop().create_server(Accept, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+        transport = await asyncio.wait_for(accepted, 5)
+        edge = types.SimpleNamespace(transport=transport)
+        EdgeProtocol._hold_writes(edge, True)  # type: ignore[arg-type]  # a live connection: held
+        client.close()
+        transport.close()  # what a hang-up leaves: the socket's file is gone
+        await asyncio.sleep(0.05)
+        EdgeProtocol._hold_writes(edge, True)  # type: ignore[arg-type]
+        EdgeProtocol._hold_writes(edge, False)  # type: ignore[arg-type]
+        server.close()
+        await server.wait_closed()
+
+    uvloop.run(main())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes are held with TCP_CORK (Linux)")
 def test_the_status_line_and_the_first_events_arrive_together(duet: DuetServer) -> None:
     """The client wakes once for both: the status line is held back until the first events are written."""
     body = b'{"model": "duet", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
