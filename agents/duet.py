@@ -41,6 +41,7 @@ from .run_context import AnswerOptions, DuetRun, bind_run
 from .runtime import LeanAgentRuntime
 from .settings import PipelineSettings, ReasoningOutput
 from .stream import DuetStream, EventChannel
+from .team import reset_team
 from .team_factory import TeamFactory
 from .team_files import load_team_config, service_tools_of
 
@@ -322,7 +323,7 @@ class Duet:
         """Resets a team that finished cleanly and returns it to the pool; closes any other."""
         if clean:
             try:
-                await slot.team.reset()
+                await reset_team(slot.team, slot.runtime)
                 if slot.runtime is not None:
                     await slot.runtime.stop_when_idle()
             except Exception:  # a team that cannot reset is not reused

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from autogen_agentchat.base import TerminationCondition
+from autogen_agentchat.base import Team, TerminationCondition
 from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
-from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_core import AgentRuntime
+from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat
+from autogen_agentchat.teams._group_chat._events import GroupChatReset  # not exported (0.7.5)
+from autogen_core import AgentId, AgentRuntime, CancellationToken, MessageContext
 from autogen_core.models import ChatCompletionClient
 from autogen_core.tools import BaseTool, Workbench
 
@@ -15,9 +16,11 @@ from duet.workbenches import DuetWorkbench, ProxyTool
 
 from .answer_agent import AnswerAgent
 from .grounding import GroundingAgent
+from .ids import new_message_id
 from .messages import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME, TEAM_NAME
 from .model_client import ANSWER_MODEL_INFO
 from .reasoning_agent import ReasoningAgent
+from .runtime import LeanAgentRuntime
 from .settings import REASONER_MODEL_INFO, ModelSettings, PipelineSettings
 
 
@@ -65,6 +68,32 @@ def build_team(
 def duet_termination() -> TerminationCondition:
     """How Duet's team ends: when the answer agent has spoken, or anyone handed off to the client."""
     return HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME])
+
+
+async def reset_team(team: Team, runtime: AgentRuntime | None) -> None:
+    """``team.reset()``; for a group chat idle on a :class:`LeanAgentRuntime`, without a runtime
+    message per agent.
+
+    AgentChat (0.7.5, pinned) resets a group chat by sending a reset message to each participant and
+    to the group chat manager through the runtime: a task and two turns of the event loop each, after
+    every request, while the next request may already be arriving. Here the reset handler of each
+    agent the team made is called directly (the same handlers: they clear the agents' buffers,
+    reset the agents and the manager's thread, turn and termination); an agent the team never made
+    has nothing to reset. Anything else (a team that is running or not initialised, a runtime that is
+    watched, another runtime): AgentChat's own reset."""
+    if not (isinstance(team, BaseGroupChat) and isinstance(runtime, LeanAgentRuntime) and team._initialized
+            and not team._is_running and runtime._unobserved()):
+        await team.reset()
+        return
+    made = runtime._instantiated_agents
+    context = MessageContext(sender=None, topic_id=None, is_rpc=True, cancellation_token=CancellationToken(), message_id=new_message_id())
+    for agent_type in (*team._participant_topic_types, team._group_chat_manager_topic_type):
+        agent = made.get(AgentId(agent_type, team._team_id))
+        if agent is not None:
+            await agent.handle_reset(GroupChatReset(), context)  # type: ignore[attr-defined]
+    output = team._output_message_queue
+    while not output.empty():
+        output.get_nowait()
 
 
 STOCK_OPENAI_CLIENT = "autogen_ext.models.openai.OpenAIChatCompletionClient"

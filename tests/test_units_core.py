@@ -82,6 +82,7 @@ from duet.agents.messages import (
 )
 from duet.agents.pool import TeamPool, TeamSlot
 from duet.agents.runtime import LeanAgentRuntime
+from duet.agents.team import reset_team
 from duet.workbenches import DuetWorkbench, ProxyTool, PythonFunctionTool, RequestContext, model_safe_name
 
 CONVERSATION = [
@@ -308,6 +309,47 @@ def test_a_bound_run_gets_the_events_of_a_team_on_its_own_runtime() -> None:
     assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "Paris is in France."
     assert "".join(e.text for e in events if isinstance(e, ContentDelta)) == "Sunny today."
     assert [e.source for e in events if isinstance(e, Usage)] == [REASONER_NAME, ANSWERER_NAME]
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["lean", "traced"])
+def test_a_team_reset_after_a_run_is_agentchats_and_the_team_runs_again(monkeypatch: pytest.MonkeyPatch, traced: bool) -> None:
+    """On an idle, unwatched lean runtime, ``reset_team`` calls each agent's reset handler itself
+    (no runtime message); the team is left as AgentChat's reset leaves it, and runs again. A
+    watched runtime (spans) gets AgentChat's reset, one message per agent."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "false" if traced else "true")
+    settings = PipelineSettings(reasoner=ReasonerSettings(model="r"), answer=AnswerSettings(model="a"))
+
+    async def run_once(team: RoundRobinGroupChat, runtime: LeanAgentRuntime) -> list[Any]:
+        with bind_run(_run([])):
+            runtime.start()
+            replies = [read_reply(m) async for m in team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
+        await runtime.stop_when_idle()
+        return replies
+
+    async def main(reset: Any) -> tuple[Any, int, list[Any], list[Any]]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        team = build_team(settings, ReplayChatCompletionClient(["Sunny.", "Rain."]), ReplayChatCompletionClient(["Hmm.", "Aha."]), runtime=runtime)
+        first = await run_once(team, runtime)
+        sent, send = [], runtime.send_message
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            sent.append(args[0])
+            return await send(*args, **kwargs)
+
+        runtime.send_message = counted  # type: ignore[method-assign]
+        runtime.start()
+        await reset(team)
+        await runtime.stop_when_idle()
+        runtime.send_message = send  # type: ignore[method-assign]
+        return await team.save_state(), len(sent), first, await run_once(team, runtime)
+
+    ours = asyncio.run(main(lambda team: reset_team(team, team._runtime)))
+    agentchats = asyncio.run(main(lambda team: team.reset()))
+    assert ours[0] == agentchats[0]  # the same state: buffers, thread, turn and speaker all reset
+    assert agentchats[1] == 3 and ours[1] == (3 if traced else 0)  # two participants and the manager
+    assert ours[2] == [ReasoningReply("Hmm."), AnswerReply("Sunny.", "stop"), None]
+    assert ours[3] == agentchats[3]  # the next run goes as after AgentChat's reset: the reasoner speaks first again
+    assert [type(reply) for reply in ours[3]] == [ReasoningReply, AnswerReply, type(None)]
 
 
 def test_a_duet_task_without_a_bound_run_fails_loudly() -> None:
