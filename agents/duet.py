@@ -324,8 +324,6 @@ class Duet:
         if clean:
             try:
                 await reset_team(slot.team, slot.runtime)
-                if slot.runtime is not None:
-                    await slot.runtime.stop_when_idle()
             except Exception:  # a team that cannot reset is not reused
                 logger.exception("closing a team that failed to reset")
             else:

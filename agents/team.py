@@ -71,20 +71,25 @@ def duet_termination() -> TerminationCondition:
 
 
 async def reset_team(team: Team, runtime: AgentRuntime | None) -> None:
-    """``team.reset()``; for a group chat idle on a :class:`LeanAgentRuntime`, without a runtime
-    message per agent.
+    """Resets a team that has finished a run, and stops ``runtime`` (the team's, started by the
+    caller; ``None``: the team's embedded one) once every handler of the run is done.
 
     AgentChat (0.7.5, pinned) resets a group chat by sending a reset message to each participant and
     to the group chat manager through the runtime: a task and two turns of the event loop each, after
-    every request, while the next request may already be arriving. Here the reset handler of each
-    agent the team made is called directly (the same handlers: they clear the agents' buffers,
-    reset the agents and the manager's thread, turn and termination); an agent the team never made
-    has nothing to reset. Anything else (a team that is running or not initialised, a runtime that is
-    watched, another runtime): AgentChat's own reset."""
+    every request, while the next request may already be arriving. On an unwatched
+    :class:`LeanAgentRuntime` the runtime is stopped first (the run's last handlers have finished:
+    nothing changes an agent after its reset), then the reset handler of each agent the team made
+    is called directly (the same handlers: they clear the agents' buffers, reset the agents and the
+    manager's thread, turn and termination); an agent the team never made has nothing to reset.
+    Anything else (a team that is running or not initialised, a runtime that is watched, another
+    runtime): AgentChat's own reset."""
     if not (isinstance(team, BaseGroupChat) and isinstance(runtime, LeanAgentRuntime) and team._initialized
             and not team._is_running and runtime._unobserved()):
         await team.reset()
+        if runtime is not None:
+            await runtime.stop_when_idle()
         return
+    await runtime.stop_when_idle()
     made = runtime._instantiated_agents
     context = MessageContext(sender=None, topic_id=None, is_rpc=True, cancellation_token=CancellationToken(), message_id=new_message_id())
     for agent_type in (*team._participant_topic_types, team._group_chat_manager_topic_type):

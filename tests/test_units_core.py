@@ -24,7 +24,8 @@ from autogen_agentchat.messages import (
     ToolCallRequestEvent,
 )
 from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_core import CancellationToken, ComponentModel, FunctionCall
+from autogen_agentchat.teams._group_chat._events import GroupChatAgentResponse  # not exported (0.7.5)
+from autogen_core import CancellationToken, ComponentModel, FunctionCall, TopicId
 from autogen_core.models import (
     AssistantMessage,
     ChatCompletionClient,
@@ -313,8 +314,9 @@ def test_a_bound_run_gets_the_events_of_a_team_on_its_own_runtime() -> None:
 
 @pytest.mark.parametrize("traced", [False, True], ids=["lean", "traced"])
 def test_a_team_reset_after_a_run_is_agentchats_and_the_team_runs_again(monkeypatch: pytest.MonkeyPatch, traced: bool) -> None:
-    """On an idle, unwatched lean runtime, ``reset_team`` calls each agent's reset handler itself
-    (no runtime message); the team is left as AgentChat's reset leaves it, and runs again. A
+    """Right after a run (its runtime still started, its last handlers maybe still pending, as the
+    pool settles it), ``reset_team`` on an unwatched lean runtime calls each agent's reset handler
+    itself (no runtime message); the team is left as AgentChat's reset leaves it, and runs again. A
     watched runtime (spans) gets AgentChat's reset, one message per agent."""
     monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "false" if traced else "true")
     settings = PipelineSettings(reasoner=ReasonerSettings(model="r"), answer=AnswerSettings(model="a"))
@@ -322,14 +324,20 @@ def test_a_team_reset_after_a_run_is_agentchats_and_the_team_runs_again(monkeypa
     async def run_once(team: RoundRobinGroupChat, runtime: LeanAgentRuntime) -> list[Any]:
         with bind_run(_run([])):
             runtime.start()
-            replies = [read_reply(m) async for m in team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
+            return [read_reply(m) async for m in team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
+
+    async def agentchats_reset(team: RoundRobinGroupChat, runtime: LeanAgentRuntime) -> None:
+        await team.reset()
         await runtime.stop_when_idle()
-        return replies
 
     async def main(reset: Any) -> tuple[Any, int, list[Any], list[Any]]:
         runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
         team = build_team(settings, ReplayChatCompletionClient(["Sunny.", "Rain."]), ReplayChatCompletionClient(["Hmm.", "Aha."]), runtime=runtime)
         first = await run_once(team, runtime)
+        # A message the run's last handlers still deliver (no turn of the loop has run them yet):
+        # the reset must come after it, or the next run would find it in a buffer.
+        late = GroupChatAgentResponse(response=Response(chat_message=TextMessage(source=ANSWERER_NAME, content="late")), name=ANSWERER_NAME)
+        await runtime.publish_message(late, TopicId(team._participant_topic_types[0], team._team_id))  # the reasoner's container
         sent, send = [], runtime.send_message
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -337,15 +345,18 @@ def test_a_team_reset_after_a_run_is_agentchats_and_the_team_runs_again(monkeypa
             return await send(*args, **kwargs)
 
         runtime.send_message = counted  # type: ignore[method-assign]
-        runtime.start()
-        await reset(team)
-        await runtime.stop_when_idle()
+        await reset(team, runtime)
         runtime.send_message = send  # type: ignore[method-assign]
-        return await team.save_state(), len(sent), first, await run_once(team, runtime)
+        assert runtime._run_context is None  # stopped: the next run starts it
+        state = await team.save_state()
+        again = await run_once(team, runtime)
+        await runtime.stop_when_idle()
+        return state, len(sent), first, again
 
-    ours = asyncio.run(main(lambda team: reset_team(team, team._runtime)))
-    agentchats = asyncio.run(main(lambda team: team.reset()))
+    ours = asyncio.run(main(reset_team))
+    agentchats = asyncio.run(main(agentchats_reset))
     assert ours[0] == agentchats[0]  # the same state: buffers, thread, turn and speaker all reset
+    assert all(not agent.get("message_buffer") for agent in ours[0]["agent_states"].values())
     assert agentchats[1] == 3 and ours[1] == (3 if traced else 0)  # two participants and the manager
     assert ours[2] == [ReasoningReply("Hmm."), AnswerReply("Sunny.", "stop"), None]
     assert ours[3] == agentchats[3]  # the next run goes as after AgentChat's reset: the reasoner speaks first again
