@@ -8,7 +8,7 @@ from autogen_agentchat.base import Team, TerminationCondition
 from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
 from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._events import GroupChatReset  # not exported (0.7.5)
-from autogen_core import AgentId, AgentRuntime, CancellationToken, MessageContext
+from autogen_core import AgentRuntime, CancellationToken, MessageContext
 from autogen_core.models import ChatCompletionClient
 from autogen_core.tools import BaseTool, Workbench
 
@@ -90,10 +90,11 @@ async def reset_team(team: Team, runtime: AgentRuntime | None) -> None:
             await runtime.stop_when_idle()
         return
     await runtime.stop_when_idle()
-    made = runtime._instantiated_agents
+    team_id = team._team_id
+    made = {agent_id.type: agent for agent_id, agent in runtime._instantiated_agents.items() if agent_id.key == team_id}
     context = MessageContext(sender=None, topic_id=None, is_rpc=True, cancellation_token=CancellationToken(), message_id=new_message_id())
     for agent_type in (*team._participant_topic_types, team._group_chat_manager_topic_type):
-        agent = made.get(AgentId(agent_type, team._team_id))
+        agent = made.get(agent_type)  # (an AgentId would check its type against a pattern each time)
         if agent is not None:
             await agent.handle_reset(GroupChatReset(), context)  # type: ignore[attr-defined]
     output = team._output_message_queue
