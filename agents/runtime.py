@@ -7,6 +7,7 @@ import collections
 import contextlib
 import logging
 import os
+import uuid
 from typing import Any, Callable, Coroutine, Sequence
 
 from autogen_core import (
@@ -19,12 +20,16 @@ from autogen_core import (
     RoutedAgent,
     SingleThreadedAgentRuntime,
     TopicId,
+    TypePrefixSubscription,
+    TypeSubscription,
     trace_invoke_agent_span,
 )
-from autogen_agentchat.teams._group_chat import _chat_agent_container  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat import _base_group_chat, _chat_agent_container  # not exported (0.7.5)
+from autogen_core import _base_agent
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
 from autogen_core._queue import Queue
+from autogen_core._runtime_impl_helpers import SubscriptionManager
 from autogen_core._serialization import MessageSerializer, SerializationRegistry
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, RunContext, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
@@ -51,6 +56,84 @@ def _invoke_agent_span(*args: Any, **kwargs: Any) -> contextlib.AbstractContextM
 
 
 _chat_agent_container.trace_invoke_agent_span = _invoke_agent_span  # type: ignore[assignment]  # AgentChat 0.7.5, pinned
+
+
+def _known_id(subscription: object) -> str | None:
+    """A subscription's id, or None for one whose id is not drawn yet (:class:`_IdOnRead`)."""
+    return subscription._id if isinstance(subscription, _IdOnRead) else subscription.id  # type: ignore[attr-defined, no-any-return]
+
+
+def _same_id(one: object, other: object) -> bool:
+    # An id not drawn yet equals no other: when it is drawn it is a fresh uuid4.
+    mine, theirs = _known_id(one), _known_id(other)
+    return mine is not None and mine == theirs
+
+
+class _IdOnRead:
+    """For autogen-core's subscription classes (0.7.5, pinned), which draw a uuid4 string for their
+    id when made: the id is drawn when first read instead. A two-agent team registers ten subscriptions on
+    its runtime when it first runs, and nothing reads their ids unless a subscription is removed or
+    compared with one of a stock class; equality compares the types first (as the stock ``__eq__``
+    does either way), so adding one to a runtime draws no id."""
+
+    _id: str | None
+
+    @property
+    def id(self) -> str:
+        if self._id is None:
+            self._id = str(uuid.uuid4())
+        return self._id
+
+
+class _TypeSubscription(_IdOnRead, TypeSubscription):
+    def __init__(self, topic_type: str, agent_type: str | Any, id: str | None = None) -> None:
+        super().__init__(topic_type, agent_type, id or "-")  # any id given: the stock __init__ draws none
+        self._id = id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TypeSubscription):
+            return False
+        return (self.agent_type == other.agent_type and self.topic_type == other.topic_type) or _same_id(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # as the stock class: equal by value, not hashable
+
+
+class _TypePrefixSubscription(_IdOnRead, TypePrefixSubscription):
+    def __init__(self, topic_type_prefix: str, agent_type: str | Any, id: str | None = None) -> None:
+        super().__init__(topic_type_prefix, agent_type, id or "-")
+        self._id = id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TypePrefixSubscription):
+            return False
+        return (self.agent_type == other.agent_type and self.topic_type_prefix == other.topic_type_prefix) \
+            or _same_id(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# The subscriptions every AgentChat team adds for its participants and manager, and the one each
+# registered agent type gets for its direct messages (AgentChat/autogen-core 0.7.5, pinned).
+_base_group_chat.TypeSubscription = _TypeSubscription  # type: ignore[misc]
+_base_agent.TypePrefixSubscription = _TypePrefixSubscription  # type: ignore[misc]
+
+
+class _Subscriptions(SubscriptionManager):
+    """autogen-core's ``SubscriptionManager`` (0.7.5, pinned) without its cache of recipients: the
+    stock manager keeps, for every topic a message was published to, the list of its recipients'
+    ``AgentId`` objects (and the topic), and rebuilds all of it whenever a subscription is added. A
+    team's runtime holds a handful of subscriptions; finding a topic's recipients among them when a
+    message is published costs less than keeping them for every team a pipeline keeps."""
+
+    def __init__(self) -> None:  # SubscriptionManager.__init__ would make the cache
+        self._subscriptions = []
+        self._seen_topics = frozenset()  # type: ignore[assignment]  # read only by the stock cache
+
+    def _rebuild_subscriptions(self, topics: Any) -> None:
+        """Nothing is cached."""
+
+    async def get_subscribed_recipients(self, topic: TopicId) -> list[AgentId]:
+        return [subscription.map_to_agent(topic) for subscription in self._subscriptions if subscription.is_match(topic)]
 
 
 class _NoSpans:
@@ -318,6 +401,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._serialization_registry = _KNOWN_SERIALIZERS
+        self._subscription_manager = _Subscriptions()
         self._message_queue = lighten_queue(_MessageQueue(self))
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:

@@ -518,3 +518,47 @@ def _types(value: Any) -> Any:
     if isinstance(value, list):
         return [_types(item) for item in value]
     return type(value)
+
+
+# --- a team's registrations on a lean runtime ----------------------------------------------------
+
+async def _run_a_team_on(runtime: SingleThreadedAgentRuntime) -> list[str]:
+    """A plain AgentChat team of two agents with scripted models, run once on ``runtime``; who spoke."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    team = RoundRobinGroupChat(
+        [AssistantAgent("first", ReplayChatCompletionClient(["one"])), AssistantAgent("second", ReplayChatCompletionClient(["two"]))],
+        termination_condition=MaxMessageTermination(3), runtime=runtime)
+    runtime.start()
+    result = await asyncio.wait_for(team.run(task="go"), 5)
+    await runtime.stop_when_idle()
+    return [message.source for message in result.messages]
+
+
+def test_a_team_on_a_lean_runtime_draws_no_subscription_id_and_caches_no_recipients() -> None:
+    """A two-agent team registers ten subscriptions when it first runs; on a lean runtime none draws its uuid
+    (drawn when read: stable, a uuid4), and no topic's recipients are kept. A team runs the same, a
+    subscription added twice is refused, and one removed by its id no longer delivers."""
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]
+    assert asyncio.run(_run_a_team_on(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    manager = runtime._subscription_manager
+    subscriptions = list(manager.subscriptions)
+    assert len(subscriptions) == 10 and all(subscription._id is None for subscription in subscriptions)
+    assert not hasattr(manager, "_subscribed_recipients") and not manager._seen_topics
+
+    async def add_remove() -> None:
+        first = next(subscription for subscription in subscriptions if isinstance(subscription, TypeSubscription))
+        with pytest.raises(ValueError, match="already exists"):
+            await runtime.add_subscription(TypeSubscription(first.topic_type, first.agent_type))
+        assert all(subscription._id is None for subscription in subscriptions)
+        assert uuid.UUID(first.id).version == 4 and first.id == first.id
+        topic = TopicId(first.topic_type, "key")
+        assert first.map_to_agent(topic) in await manager.get_subscribed_recipients(topic)
+        await runtime.remove_subscription(first.id)
+        assert first.map_to_agent(topic) not in await manager.get_subscribed_recipients(topic)
+
+    asyncio.run(add_remove())
