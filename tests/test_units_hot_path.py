@@ -562,3 +562,64 @@ def test_a_team_on_a_lean_runtime_draws_no_subscription_id_and_caches_no_recipie
         assert first.map_to_agent(topic) not in await manager.get_subscribed_recipients(topic)
 
     asyncio.run(add_remove())
+
+
+def test_a_lean_runtime_registers_agent_types_without_a_closure_each_and_makes_agents_as_the_stock_one() -> None:
+    """No wrapper closure per agent type (nor the annotations dict reading its signature leaves on it);
+    the agents are made in their instantiation context and a factory of the wrong class is refused,
+    as the stock runtime does; an instance cannot be registered to a factory's type."""
+    from autogen_core import RoutedAgent
+
+    from duet.agents.runtime import _AgentFactory
+
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]
+    assert len(runtime._agent_factories) == 3 and all(type(factory) is _AgentFactory for factory in runtime._agent_factories.values())
+
+    async def refusals(runtime: SingleThreadedAgentRuntime) -> list[str]:
+        await InOrder.register(runtime, "wrong", lambda: RoutedAgent("not in order"))  # type: ignore[arg-type, return-value]
+        await InOrder.register(runtime, "right", lambda: InOrder([]))
+        errors = []
+        with pytest.raises(ValueError) as wrong:
+            await runtime.try_get_underlying_agent_instance(AgentId("wrong", "default"))
+        errors.append(str(wrong.value))
+        with pytest.raises(ValueError) as instance:
+            await runtime.register_agent_instance(InOrder([]), AgentId("right", "other"))
+        errors.append(str(instance.value))
+        made = await runtime.try_get_underlying_agent_instance(AgentId("right", "default"), InOrder)
+        errors.append(f"{made.id} {made.runtime is runtime}")
+        return errors
+
+    stock = asyncio.run(refusals(SingleThreadedAgentRuntime()))
+    assert asyncio.run(refusals(LeanAgentRuntime())) == stock
+    assert stock[0].startswith("Factory registered using the wrong type") and stock[2] == "right/default True"
+
+
+def test_a_lean_runtime_gives_back_the_room_of_its_handlers_once_none_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its set of running handlers grows past four at a burst of messages; once none runs it is as
+    small as a new set again (a set keeps the table it grew to until it is cleared)."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def burst() -> tuple[int, int, int]:
+        gate = asyncio.Event()
+        handled: list[str] = []
+
+        async def wait(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            await gate.wait()
+            handled.append(message.text)
+
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        await ClosureAgent.register_closure(runtime, "waiter", wait, subscriptions=lambda: [TypeSubscription("burst", "waiter")])
+        runtime.start()
+        for number in range(8):
+            await runtime.publish_message(Counted(str(number)), TopicId("burst", "default"))
+        await asyncio.sleep(0)
+        running = len(runtime._background_tasks)
+        grown = runtime._background_tasks.__sizeof__()
+        gate.set()
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        assert len(handled) == 8
+        return running, grown, runtime._background_tasks.__sizeof__()
+
+    running, grown, after = asyncio.run(burst())
+    assert running == 8 and grown > set().__sizeof__() and after == set().__sizeof__()
