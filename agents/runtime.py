@@ -17,6 +17,7 @@ from autogen_core import (
     Agent,
     AgentId,
     AgentInstantiationContext,
+    BaseAgent,
     AgentType,
     CancellationToken,
     MessageContext,
@@ -208,6 +209,36 @@ class _AgentFactory:
 
     def __call__(self) -> Any:
         return self.make()
+
+
+async def _on_message(agent: Agent, message: Any, ctx: MessageContext) -> Any:
+    """``agent.on_message(message, ctx)``: for a ``RoutedAgent`` or AgentChat's ``SequentialRoutedAgent``
+    (the agent containers and group chat manager of a team), what ``BaseAgent.on_message``,
+    ``SequentialRoutedAgent.on_message_impl`` and ``RoutedAgent.on_message_impl`` do (0.7.5, pinned),
+    in one coroutine instead of three: the handler of a turn lasts as long as the turn, and each
+    coroutine of the chain is kept for as long (any other agent is called as it is)."""
+    kind = type(agent)
+    if kind.on_message is not BaseAgent.on_message:  # type: ignore[comparison-overlap]
+        return await agent.on_message(message, ctx)
+    routing = getattr(kind, "on_message_impl", None)
+    if routing is SequentialRoutedAgent.on_message_impl:
+        in_order = any(isinstance(message, sequential) for sequential in agent._sequential_message_types)  # type: ignore[attr-defined]
+    elif routing is RoutedAgent.on_message_impl:
+        in_order = False
+    else:
+        return await agent.on_message(message, ctx)
+    if in_order:  # processed in the order received
+        await agent._fifo_lock.acquire()  # type: ignore[attr-defined]
+    try:
+        handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
+        if handlers is not None:
+            for handler in handlers:  # the first whose router takes it
+                if handler.router(message, ctx):
+                    return await handler(agent, message, ctx)
+        return await agent.on_unhandled_message(message, ctx)  # type: ignore[attr-defined]
+    finally:
+        if in_order:
+            agent._fifo_lock.release()  # type: ignore[attr-defined]
 
 
 class _FirstWaitEvent(asyncio.Event):
@@ -631,7 +662,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             )
             handling = _HANDLING.set(agent.id)  # as MessageHandlerContext.populate_context, without a generator per handler
             try:
-                response = await agent.on_message(message_envelope.message, ctx=context)
+                response = await _on_message(agent, message_envelope.message, context)
             finally:
                 _HANDLING.reset(handling)
         except BaseException as exc:
@@ -674,7 +705,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     async def _deliver(self, agent: Agent, message: Any, context: MessageContext) -> Any:
         handling = _HANDLING.set(agent.id)
         try:
-            return await agent.on_message(message, ctx=context)
+            return await _on_message(agent, message, context)
         except BaseException:
             _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
             raise

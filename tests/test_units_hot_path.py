@@ -623,3 +623,38 @@ def test_a_lean_runtime_gives_back_the_room_of_its_handlers_once_none_runs(monke
 
     running, grown, after = asyncio.run(burst())
     assert running == 8 and grown > set().__sizeof__() and after == set().__sizeof__()
+
+
+def test_a_routed_agent_on_a_lean_runtime_is_handed_its_message_in_one_coroutine_not_three(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler (a team's turn runs in one) waits below one coroutine of the runtime's dispatch, not
+    below BaseAgent.on_message and two on_message_impl (each kept as long as the turn); sequential
+    agents still take their messages in order (test above), and other agents are called as they are."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def chain() -> list[str]:
+        gate = asyncio.Event()
+
+        class Waits(InOrder):
+            @rpc
+            async def on_step(self, message: Step, ctx: MessageContext) -> int:
+                await gate.wait()
+                return message.number
+
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        await Waits.register(runtime, "waits", lambda: Waits([]))
+        runtime.start()
+        reply = asyncio.ensure_future(runtime.send_message(Step(7), AgentId("waits", "default")))
+        await asyncio.sleep(0.01)
+        [handler] = runtime._background_tasks
+        names, coro = [], handler.get_coro()
+        while coro is not None and hasattr(coro, "cr_code"):
+            names.append(coro.cr_code.co_name)
+            coro = coro.cr_await
+        gate.set()
+        assert await asyncio.wait_for(reply, 5) == 7
+        await runtime.stop_when_idle()
+        return names
+
+    names = asyncio.run(chain())
+    assert names[0] == "_process_send" and "on_step" in names
+    assert "on_message" not in names and "on_message_impl" not in names
