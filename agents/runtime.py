@@ -122,6 +122,9 @@ _base_group_chat.TypeSubscription = _TypeSubscription  # type: ignore[misc]
 _base_agent.TypePrefixSubscription = _TypePrefixSubscription  # type: ignore[misc]
 
 
+_NO_TOPICS: frozenset[TopicId] = frozenset()  # one for all: each frozenset() call makes a new one (~200 bytes)
+
+
 class _Subscriptions(SubscriptionManager):
     """autogen-core's ``SubscriptionManager`` (0.7.5, pinned) without its cache of recipients: the
     stock manager keeps, for every topic a message was published to, the list of its recipients'
@@ -131,7 +134,7 @@ class _Subscriptions(SubscriptionManager):
 
     def __init__(self) -> None:  # SubscriptionManager.__init__ would make the cache
         self._subscriptions = []
-        self._seen_topics = frozenset()  # type: ignore[assignment]  # read only by the stock cache
+        self._seen_topics = _NO_TOPICS  # type: ignore[assignment]  # read only by the stock cache
 
     def _rebuild_subscriptions(self, topics: Any) -> None:
         """Nothing is cached."""

@@ -549,6 +549,7 @@ def test_a_team_on_a_lean_runtime_draws_no_subscription_id_and_caches_no_recipie
     subscriptions = list(manager.subscriptions)
     assert len(subscriptions) == 10 and all(subscription._id is None for subscription in subscriptions)
     assert not hasattr(manager, "_subscribed_recipients") and not manager._seen_topics
+    assert manager._seen_topics is LeanAgentRuntime()._subscription_manager._seen_topics  # one empty set for all
 
     async def add_remove() -> None:
         first = next(subscription for subscription in subscriptions if isinstance(subscription, TypeSubscription))
