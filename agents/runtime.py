@@ -178,6 +178,8 @@ class _FIFOLock(FIFOLock):
 
 _handler_tables: dict[type[RoutedAgent], dict[type, list[Any]]] = {}
 """One message-handler table per ``RoutedAgent`` class (see :func:`_lighten`)."""
+_in_order_types: dict[type[SequentialRoutedAgent], tuple[type, ...]] = {}
+"""The message types a ``SequentialRoutedAgent`` class takes in order (see :func:`_lighten`)."""
 
 
 def _lighten(agent: Agent) -> None:
@@ -185,15 +187,21 @@ def _lighten(agent: Agent) -> None:
     same for each: a ``RoutedAgent``'s handler table, built from its class (lists of the class's
     handler functions by message type), is shared by the instances of a class whose tables are
     equal; a ``SequentialRoutedAgent`` (the group chat manager, the agent containers) gets a lock
-    without a queue of its own until one is needed. Nothing reads or changes either after the agent
-    is made (autogen-core/AgentChat 0.7.5, pinned)."""
+    without a queue of its own until one is needed, and shares the tuple of the message types it
+    takes in order (a new list for each instance) with the instances of its class whose types are the
+    same. Nothing changes any of them after the agent is made (autogen-core/AgentChat 0.7.5, pinned)."""
     if isinstance(agent, RoutedAgent):
         table = agent._handlers
         shared = _handler_tables.setdefault(type(agent), table)
         if shared is not table and shared == table:
             agent._handlers = shared
-    if isinstance(agent, SequentialRoutedAgent) and type(agent._fifo_lock) is FIFOLock and not agent._fifo_lock._locked:
-        agent._fifo_lock = _FIFOLock()
+    if isinstance(agent, SequentialRoutedAgent):
+        if type(agent._fifo_lock) is FIFOLock and not agent._fifo_lock._locked:
+            agent._fifo_lock = _FIFOLock()
+        in_order = tuple(agent._sequential_message_types)
+        shared_types = _in_order_types.setdefault(type(agent), in_order)
+        if shared_types == in_order:
+            agent._sequential_message_types = shared_types
 
 
 class _AgentFactory:

@@ -227,6 +227,7 @@ def test_agents_of_a_lean_runtime_share_their_handler_table_and_keep_message_ord
     log, (first, second) = asyncio.run(_three_steps_at_once())
     assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
     assert first._handlers is second._handlers and set(first._handlers) == {Step}
+    assert first._sequential_message_types is second._sequential_message_types == (Step,)
     assert not first._fifo_lock._locked and not first._fifo_lock._waiting
 
 
