@@ -28,7 +28,8 @@ from autogen_core import (
     TypeSubscription,
     trace_invoke_agent_span,
 )
-from autogen_agentchat.teams._group_chat import _base_group_chat, _chat_agent_container  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat import _base_group_chat, _base_group_chat_manager, _chat_agent_container  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat._events import GroupChatRequestPublish  # not exported (0.7.5)
 from autogen_core import _base_agent
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core._message_handler_context import MessageHandlerContext
@@ -60,6 +61,19 @@ def _invoke_agent_span(*args: Any, **kwargs: Any) -> contextlib.AbstractContextM
 
 
 _chat_agent_container.trace_invoke_agent_span = _invoke_agent_span  # type: ignore[assignment]  # AgentChat 0.7.5, pinned
+
+
+_REQUEST_TO_SPEAK = GroupChatRequestPublish()
+
+
+def _request_to_speak() -> GroupChatRequestPublish:
+    """What a group chat manager sends the agent whose turn it is: AgentChat (0.7.5, pinned) makes a
+    new ``GroupChatRequestPublish`` for every turn (~370 bytes), kept for as long as the turn. It has
+    no fields, and a pydantic model refuses attributes it does not declare: one serves every turn."""
+    return _REQUEST_TO_SPEAK
+
+
+_base_group_chat_manager.GroupChatRequestPublish = _request_to_speak  # type: ignore[assignment, misc]  # its only use: making one
 
 
 def _known_id(subscription: object) -> str | None:

@@ -660,3 +660,28 @@ def test_a_routed_agent_on_a_lean_runtime_is_handed_its_message_in_one_coroutine
     names = asyncio.run(chain())
     assert names[0] == "_process_send" and "on_step" in names
     assert "on_message" not in names and "on_message_impl" not in names
+
+
+def test_every_turn_of_a_team_is_requested_with_one_shared_message() -> None:
+    """AgentChat's group chat manager asks each speaker for its turn with a message that has no
+    fields: one instance serves every turn of every team (it cannot take an attribute), and teams run
+    as before, on the lean runtime and the stock one."""
+    from autogen_agentchat.teams._group_chat._events import GroupChatRequestPublish
+
+    requests: list[Any] = []
+
+    def recording(kind: type[SingleThreadedAgentRuntime]) -> SingleThreadedAgentRuntime:
+        class Recording(kind):  # type: ignore[valid-type, misc]
+            async def publish_message(self, message: Any, *args: Any, **kwargs: Any) -> None:
+                if isinstance(message, GroupChatRequestPublish):
+                    requests.append(message)
+                await super().publish_message(message, *args, **kwargs)
+
+        return Recording(ignore_unhandled_exceptions=False)
+
+    for kind in (LeanAgentRuntime, SingleThreadedAgentRuntime):
+        assert asyncio.run(_run_a_team_on(recording(kind))) == ["user", "first", "second"]
+    assert len(requests) == 4 and all(type(request) is GroupChatRequestPublish for request in requests)
+    assert all(request is requests[0] for request in requests)
+    with pytest.raises(ValueError, match="no field"):
+        requests[0].text = "changed"
