@@ -164,12 +164,15 @@ class _NoSpans:
         return _NO_SPAN
 
 
-class _FIFOLock(FIFOLock):
-    """AgentChat's ``FIFOLock`` (0.7.5, pinned; the same order and hand-over) whose waiting line is
-    made when a second message first waits: an ``asyncio.Queue`` is four deques (~2.5 KB), and a
-    team's group chat manager and agent containers each held one for every team a pipeline keeps."""
+class _FIFOLock:
+    """Stands in for AgentChat's ``FIFOLock`` (0.7.5, pinned; the same order and hand-over; nothing
+    checks its class): its waiting line is made when a second message first waits (an
+    ``asyncio.Queue`` is four deques, ~2.5 KB), and it has two slots instead of a dict: a team's group
+    chat manager and agent containers each hold one for every team a pipeline keeps."""
 
-    def __init__(self) -> None:  # FIFOLock.__init__ would make the queue
+    __slots__ = ("_waiting", "_locked")
+
+    def __init__(self) -> None:
         self._waiting: collections.deque[asyncio.Event] | None = None
         self._locked = False
 

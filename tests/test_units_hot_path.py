@@ -238,7 +238,7 @@ def test_a_fresh_agent_of_a_lean_runtime_holds_no_waiting_line() -> None:
         return await runtime.try_get_underlying_agent_instance(AgentId("in_order", "default"), InOrder)
 
     agent = asyncio.run(make())
-    assert agent._fifo_lock._waiting is None and not hasattr(agent._fifo_lock, "_queue")
+    assert agent._fifo_lock._waiting is None and not hasattr(agent._fifo_lock, "_queue") and not hasattr(agent._fifo_lock, "__dict__")
 
 
 def test_lean_runtimes_share_one_serializer_registry_that_still_serves_the_event_log(caplog: pytest.LogCaptureFixture) -> None:
