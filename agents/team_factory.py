@@ -288,9 +288,11 @@ class TeamFactory:
             participant.kind._from_config(participant.config, client)  # type: ignore[attr-defined]
             for participant, client in zip(self._participants, clients, strict=True)
         ]
-        termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
-        if team.termination_condition == _DUET_TERMINATION:
-            termination = _InTurnOr(*termination._conditions)  # type: ignore[union-attr]  # the two conditions it loaded
+        termination: TerminationCondition | None
+        if team.termination_condition == _DUET_TERMINATION:  # made, not loaded: the same two conditions, no validation
+            termination = _InTurnOr(*duet_termination()._conditions)  # type: ignore[attr-defined]
+        else:
+            termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
         made = _RoundRobinTeam(
             participants,
             name=team.name,

@@ -598,6 +598,8 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
     from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
     from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager
 
+    from duet.agents.team import duet_termination
+
     component = _component(answer=ReplayChatCompletionClient(["Sunny today."]))
     slot = TeamFactory(component)()
 
@@ -614,6 +616,10 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
     assert all(isinstance(make, functools.partial) for make in made)
     assert sorted(make.func.__name__ for make in made) == sorted([ChatAgentContainer.__name__] * 2 + [RoundRobinGroupChatManager.__name__])
     assert slot.team.dump_component() == RoundRobinGroupChat.load_component(component).dump_component() == component
+    # Duet's termination is made, not loaded from the component (no validation per team): the same two conditions.
+    conditions = slot.team._termination_condition._conditions  # type: ignore[union-attr]
+    assert [condition.dump_component() for condition in conditions] == [c.dump_component() for c in duet_termination()._conditions]
+    assert not any(condition.terminated for condition in conditions)
 
 
 def test_team_factory_close_closes_the_shared_clients_and_the_team_no_request_leased() -> None:
