@@ -239,34 +239,42 @@ class _AgentFactory:
         return self.make()
 
 
-async def _on_message(agent: Agent, message: Any, ctx: MessageContext) -> Any:
-    """``agent.on_message(message, ctx)``: for a ``RoutedAgent`` or AgentChat's ``SequentialRoutedAgent``
-    (the agent containers and group chat manager of a team), what ``BaseAgent.on_message``,
-    ``SequentialRoutedAgent.on_message_impl`` and ``RoutedAgent.on_message_impl`` do (0.7.5, pinned),
-    in one coroutine instead of three: the handler of a turn lasts as long as the turn, and each
+async def _on_message(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:
+    """``agent.on_message(message, ctx)`` in the agent's handler context (``MessageHandlerContext``, set
+    as ``populate_context`` sets it, without a generator); a published message's failure is logged as
+    the stock runtime logs it. For a ``RoutedAgent`` or AgentChat's ``SequentialRoutedAgent`` (the
+    agent containers and group chat manager of a team) it does what ``BaseAgent.on_message``,
+    ``SequentialRoutedAgent.on_message_impl`` and ``RoutedAgent.on_message_impl`` do (0.7.5, pinned)
+    in this one coroutine instead of four: the handler of a turn lasts as long as the turn, and each
     coroutine of the chain is kept for as long (any other agent is called as it is)."""
-    kind = type(agent)
-    if kind.on_message is not BaseAgent.on_message:  # type: ignore[comparison-overlap]
-        return await agent.on_message(message, ctx)
-    routing = getattr(kind, "on_message_impl", None)
-    if routing is SequentialRoutedAgent.on_message_impl:
-        in_order = any(isinstance(message, sequential) for sequential in agent._sequential_message_types)  # type: ignore[attr-defined]
-    elif routing is RoutedAgent.on_message_impl:
-        in_order = False
-    else:
-        return await agent.on_message(message, ctx)
-    if in_order:  # processed in the order received
-        await agent._fifo_lock.acquire()  # type: ignore[attr-defined]
+    handling = _HANDLING.set(agent.id)
     try:
-        handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
-        if handlers is not None:
-            for handler in handlers:  # the first whose router takes it
-                if handler.router(message, ctx):
-                    return await handler(agent, message, ctx)
-        return await agent.on_unhandled_message(message, ctx)  # type: ignore[attr-defined]
+        kind = type(agent)
+        routing = getattr(kind, "on_message_impl", None) if kind.on_message is BaseAgent.on_message else None  # type: ignore[comparison-overlap]
+        if routing is SequentialRoutedAgent.on_message_impl:
+            in_order = any(isinstance(message, sequential) for sequential in agent._sequential_message_types)  # type: ignore[attr-defined]
+        elif routing is RoutedAgent.on_message_impl:
+            in_order = False
+        else:
+            return await agent.on_message(message, ctx)
+        if in_order:  # processed in the order received
+            await agent._fifo_lock.acquire()  # type: ignore[attr-defined]
+        try:
+            handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
+            if handlers is not None:
+                for handler in handlers:  # the first whose router takes it
+                    if handler.router(message, ctx):
+                        return await handler(agent, message, ctx)
+            return await agent.on_unhandled_message(message, ctx)  # type: ignore[attr-defined]
+        finally:
+            if in_order:
+                agent._fifo_lock.release()  # type: ignore[attr-defined]
+    except BaseException:
+        if published:
+            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
+        raise
     finally:
-        if in_order:
-            agent._fifo_lock.release()  # type: ignore[attr-defined]
+        _HANDLING.reset(handling)
 
 
 class _FirstWaitEvent(asyncio.Event):
@@ -688,11 +696,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 cancellation_token=message_envelope.cancellation_token,
                 message_id=message_envelope.message_id,
             )
-            handling = _HANDLING.set(agent.id)  # as MessageHandlerContext.populate_context, without a generator per handler
-            try:
-                response = await _on_message(agent, message_envelope.message, context)
-            finally:
-                _HANDLING.reset(handling)
+            response = await _on_message(agent, message_envelope.message, context, published=False)
         except BaseException as exc:
             if not future.done():
                 future.set_exception(exc)
@@ -719,7 +723,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                     cancellation_token=message_envelope.cancellation_token,
                     message_id=message_envelope.message_id,
                 )
-                deliveries.append(self._deliver(await self._get_agent(agent_id), message_envelope.message, context))
+                deliveries.append(_on_message(await self._get_agent(agent_id), message_envelope.message, context, published=True))
             if len(deliveries) == 1:
                 await deliveries[0]
             elif deliveries:
@@ -729,16 +733,6 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 self._background_exception = exc
         finally:
             self._message_queue.task_done()
-
-    async def _deliver(self, agent: Agent, message: Any, context: MessageContext) -> Any:
-        handling = _HANDLING.set(agent.id)
-        try:
-            return await _on_message(agent, message, context)
-        except BaseException:
-            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
-            raise
-        finally:
-            _HANDLING.reset(handling)
 
     async def stop_after_handlers(self, timeout: float) -> None:
         """Stops the message loop of a run that was cancelled or failed, once its handlers have ended.
