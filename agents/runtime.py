@@ -117,9 +117,26 @@ class _TypeSubscription(_IdOnRead, TypeSubscription):
 
 
 class _TypePrefixSubscription(_IdOnRead, TypePrefixSubscription):
+    # The one every registered agent type gets for its direct messages has the prefix "<type>:", a
+    # string of its own (~100 bytes a type): that prefix is kept as None and read as the type and ":".
+
     def __init__(self, topic_type_prefix: str, agent_type: str | Any, id: str | None = None) -> None:
         super().__init__(topic_type_prefix, agent_type, id or "-")
         self._id = id
+        if topic_type_prefix == f"{self._agent_type}:":
+            self._topic_type_prefix = None  # type: ignore[assignment]
+
+    @property
+    def topic_type_prefix(self) -> str:
+        prefix = self._topic_type_prefix
+        return f"{self._agent_type}:" if prefix is None else prefix
+
+    def is_match(self, topic_id: TopicId) -> bool:
+        prefix = self._topic_type_prefix
+        if prefix is not None:
+            return topic_id.type.startswith(prefix)
+        agent_type = self._agent_type
+        return topic_id.type.startswith(agent_type) and topic_id.type[len(agent_type):len(agent_type) + 1] == ":"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TypePrefixSubscription):

@@ -685,3 +685,22 @@ def test_every_turn_of_a_team_is_requested_with_one_shared_message() -> None:
     assert all(request is requests[0] for request in requests)
     with pytest.raises(ValueError, match="no field"):
         requests[0].text = "changed"
+
+
+def test_a_direct_message_subscription_keeps_no_prefix_string_and_matches_as_the_stock_one() -> None:
+    """Each registered agent type's subscription to its direct messages ("<type>:...") keeps no
+    prefix string of its own; it matches, maps and compares as autogen-core's."""
+    from autogen_core import TypePrefixSubscription
+    from autogen_core._base_agent import TypePrefixSubscription as made_by_registration
+
+    lean = made_by_registration("writer:", "writer")
+    stock = TypePrefixSubscription("writer:", "writer")
+    assert type(lean) is not TypePrefixSubscription and isinstance(lean, TypePrefixSubscription)
+    assert lean._topic_type_prefix is None and lean.topic_type_prefix == "writer:" and lean == stock
+    for topic in ("writer:", "writer:draft", "writer", "writers:", "write:", "other:writer:"):
+        topic_id = TopicId(topic, "key")
+        assert lean.is_match(topic_id) == stock.is_match(topic_id), topic
+        if stock.is_match(topic_id):
+            assert lean.map_to_agent(topic_id) == stock.map_to_agent(topic_id)
+    other = made_by_registration("notes.", "writer")  # any other prefix is kept as given
+    assert other.topic_type_prefix == "notes." and other.is_match(TopicId("notes.1", "k")) and other != lean
