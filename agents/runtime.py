@@ -17,8 +17,8 @@ from autogen_core import (
     Agent,
     AgentId,
     AgentInstantiationContext,
-    BaseAgent,
     AgentType,
+    BaseAgent,
     CancellationToken,
     MessageContext,
     RoutedAgent,
@@ -30,8 +30,8 @@ from autogen_core import (
 )
 from autogen_agentchat.teams._group_chat import _base_group_chat, _base_group_chat_manager, _chat_agent_container  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._events import GroupChatRequestPublish  # not exported (0.7.5)
-from autogen_core import _base_agent
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
+from autogen_core import _base_agent
 from autogen_core._message_handler_context import MessageHandlerContext
 from autogen_core._queue import Queue
 from autogen_core._runtime_impl_helpers import SubscriptionManager
