@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import os
+import uuid
 from typing import Any, Callable, Coroutine, Sequence
 
 from autogen_core import (
@@ -14,21 +16,29 @@ from autogen_core import (
     ROOT_LOGGER_NAME,
     Agent,
     AgentId,
+    AgentInstantiationContext,
+    AgentType,
+    BaseAgent,
     CancellationToken,
     MessageContext,
     RoutedAgent,
     SingleThreadedAgentRuntime,
     TopicId,
+    TypePrefixSubscription,
+    TypeSubscription,
     trace_invoke_agent_span,
 )
-from autogen_agentchat.teams._group_chat import _chat_agent_container  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat import _base_group_chat, _base_group_chat_manager, _chat_agent_container  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat._events import GroupChatRequestPublish  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
+from autogen_core import _base_agent
 from autogen_core._message_handler_context import MessageHandlerContext
 from autogen_core._queue import Queue
+from autogen_core._runtime_impl_helpers import SubscriptionManager
 from autogen_core._serialization import MessageSerializer, SerializationRegistry
 from autogen_core._single_threaded_agent_runtime import PublishMessageEnvelope, RunContext, SendMessageEnvelope
 from autogen_core._telemetry import EnvelopeMetadata, get_telemetry_envelope_metadata
-from autogen_core.logging import DeliveryStage, MessageEvent, MessageKind
+from autogen_core.logging import AgentConstructionExceptionEvent, DeliveryStage, MessageEvent, MessageKind
 from opentelemetry import trace
 
 from .ids import new_message_id
@@ -53,6 +63,117 @@ def _invoke_agent_span(*args: Any, **kwargs: Any) -> contextlib.AbstractContextM
 _chat_agent_container.trace_invoke_agent_span = _invoke_agent_span  # type: ignore[assignment]  # AgentChat 0.7.5, pinned
 
 
+_REQUEST_TO_SPEAK = GroupChatRequestPublish()
+
+
+def _request_to_speak() -> GroupChatRequestPublish:
+    """What a group chat manager sends the agent whose turn it is: AgentChat (0.7.5, pinned) makes a
+    new ``GroupChatRequestPublish`` for every turn (~370 bytes), kept for as long as the turn. It has
+    no fields, and a pydantic model refuses attributes it does not declare: one serves every turn."""
+    return _REQUEST_TO_SPEAK
+
+
+_base_group_chat_manager.GroupChatRequestPublish = _request_to_speak  # type: ignore[assignment, misc]  # its only use: making one
+
+
+def _known_id(subscription: object) -> str | None:
+    """A subscription's id, or None for one whose id is not drawn yet (:class:`_IdOnRead`)."""
+    return subscription._id if isinstance(subscription, _IdOnRead) else subscription.id  # type: ignore[attr-defined, no-any-return]
+
+
+def _same_id(one: object, other: object) -> bool:
+    # An id not drawn yet equals no other: when it is drawn it is a fresh uuid4.
+    mine, theirs = _known_id(one), _known_id(other)
+    return mine is not None and mine == theirs
+
+
+class _IdOnRead:
+    """For autogen-core's subscription classes (0.7.5, pinned), which draw a uuid4 string for their
+    id when made: the id is drawn when first read instead. A two-agent team registers ten subscriptions on
+    its runtime when it first runs, and nothing reads their ids unless a subscription is removed or
+    compared with one of a stock class; equality compares the types first (as the stock ``__eq__``
+    does either way), so adding one to a runtime draws no id."""
+
+    _id: str | None
+
+    @property
+    def id(self) -> str:
+        if self._id is None:
+            self._id = str(uuid.uuid4())
+        return self._id
+
+
+class _TypeSubscription(_IdOnRead, TypeSubscription):
+    def __init__(self, topic_type: str, agent_type: str | Any, id: str | None = None) -> None:
+        super().__init__(topic_type, agent_type, id or "-")  # any id given: the stock __init__ draws none
+        self._id = id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TypeSubscription):
+            return False
+        return (self.agent_type == other.agent_type and self.topic_type == other.topic_type) or _same_id(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # as the stock class: equal by value, not hashable
+
+
+class _TypePrefixSubscription(_IdOnRead, TypePrefixSubscription):
+    # The one every registered agent type gets for its direct messages has the prefix "<type>:", a
+    # string of its own (~100 bytes a type): that prefix is kept as None and read as the type and ":".
+
+    def __init__(self, topic_type_prefix: str, agent_type: str | Any, id: str | None = None) -> None:
+        super().__init__(topic_type_prefix, agent_type, id or "-")
+        self._id = id
+        if topic_type_prefix == f"{self._agent_type}:":
+            self._topic_type_prefix = None  # type: ignore[assignment]
+
+    @property
+    def topic_type_prefix(self) -> str:
+        prefix = self._topic_type_prefix
+        return f"{self._agent_type}:" if prefix is None else prefix
+
+    def is_match(self, topic_id: TopicId) -> bool:
+        prefix = self._topic_type_prefix
+        if prefix is not None:
+            return topic_id.type.startswith(prefix)
+        agent_type = self._agent_type
+        return topic_id.type.startswith(agent_type) and topic_id.type[len(agent_type):len(agent_type) + 1] == ":"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TypePrefixSubscription):
+            return False
+        return (self.agent_type == other.agent_type and self.topic_type_prefix == other.topic_type_prefix) \
+            or _same_id(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# The subscriptions every AgentChat team adds for its participants and manager, and the one each
+# registered agent type gets for its direct messages (AgentChat/autogen-core 0.7.5, pinned).
+_base_group_chat.TypeSubscription = _TypeSubscription  # type: ignore[misc]
+_base_agent.TypePrefixSubscription = _TypePrefixSubscription  # type: ignore[misc]
+
+
+_NO_TOPICS: frozenset[TopicId] = frozenset()  # one for all: each frozenset() call makes a new one (~200 bytes)
+
+
+class _Subscriptions(SubscriptionManager):
+    """autogen-core's ``SubscriptionManager`` (0.7.5, pinned) without its cache of recipients: the
+    stock manager keeps, for every topic a message was published to, the list of its recipients'
+    ``AgentId`` objects (and the topic), and rebuilds all of it whenever a subscription is added. A
+    team's runtime holds a handful of subscriptions; finding a topic's recipients among them when a
+    message is published costs less than keeping them for every team a pipeline keeps."""
+
+    def __init__(self) -> None:  # SubscriptionManager.__init__ would make the cache
+        self._subscriptions = []
+        self._seen_topics = _NO_TOPICS  # type: ignore[assignment]  # read only by the stock cache
+
+    def _rebuild_subscriptions(self, topics: Any) -> None:
+        """Nothing is cached."""
+
+    async def get_subscribed_recipients(self, topic: TopicId) -> list[AgentId]:
+        return [subscription.map_to_agent(topic) for subscription in self._subscriptions if subscription.is_match(topic)]
+
+
 class _NoSpans:
     """Stands in for the runtime's trace helper when runtime tracing is disabled."""
 
@@ -60,12 +181,15 @@ class _NoSpans:
         return _NO_SPAN
 
 
-class _FIFOLock(FIFOLock):
-    """AgentChat's ``FIFOLock`` (0.7.5, pinned; the same order and hand-over) whose waiting line is
-    made when a second message first waits: an ``asyncio.Queue`` is four deques (~2.5 KB), and a
-    team's group chat manager and agent containers each held one for every team a pipeline keeps."""
+class _FIFOLock:
+    """Stands in for AgentChat's ``FIFOLock`` (0.7.5, pinned; the same order and hand-over; nothing
+    checks its class): its waiting line is made when a second message first waits (an
+    ``asyncio.Queue`` is four deques, ~2.5 KB), and it has two slots instead of a dict: a team's group
+    chat manager and agent containers each hold one for every team a pipeline keeps."""
 
-    def __init__(self) -> None:  # FIFOLock.__init__ would make the queue
+    __slots__ = ("_waiting", "_locked")
+
+    def __init__(self) -> None:
         self._waiting: collections.deque[asyncio.Event] | None = None
         self._locked = False
 
@@ -88,6 +212,8 @@ class _FIFOLock(FIFOLock):
 
 _handler_tables: dict[type[RoutedAgent], dict[type, list[Any]]] = {}
 """One message-handler table per ``RoutedAgent`` class (see :func:`_lighten`)."""
+_in_order_types: dict[type[SequentialRoutedAgent], tuple[type, ...]] = {}
+"""The message types a ``SequentialRoutedAgent`` class takes in order (see :func:`_lighten`)."""
 
 
 def _lighten(agent: Agent) -> None:
@@ -95,15 +221,77 @@ def _lighten(agent: Agent) -> None:
     same for each: a ``RoutedAgent``'s handler table, built from its class (lists of the class's
     handler functions by message type), is shared by the instances of a class whose tables are
     equal; a ``SequentialRoutedAgent`` (the group chat manager, the agent containers) gets a lock
-    without a queue of its own until one is needed. Nothing reads or changes either after the agent
-    is made (autogen-core/AgentChat 0.7.5, pinned)."""
+    without a queue of its own until one is needed, and shares the tuple of the message types it
+    takes in order (a new list for each instance) with the instances of its class whose types are the
+    same. Nothing changes any of them after the agent is made (autogen-core/AgentChat 0.7.5, pinned)."""
     if isinstance(agent, RoutedAgent):
         table = agent._handlers
         shared = _handler_tables.setdefault(type(agent), table)
         if shared is not table and shared == table:
             agent._handlers = shared
-    if isinstance(agent, SequentialRoutedAgent) and type(agent._fifo_lock) is FIFOLock and not agent._fifo_lock._locked:
-        agent._fifo_lock = _FIFOLock()
+    if isinstance(agent, SequentialRoutedAgent):
+        if type(agent._fifo_lock) is FIFOLock and not agent._fifo_lock._locked:
+            agent._fifo_lock = _FIFOLock()
+        in_order = tuple(agent._sequential_message_types)
+        shared_types = _in_order_types.setdefault(type(agent), in_order)
+        if shared_types == in_order:
+            agent._sequential_message_types = shared_types
+
+
+class _AgentFactory:
+    """An agent type's factory as the lean runtime registers it: the stock ``register_factory``
+    (autogen-core 0.7.5, pinned) wraps each in a closure of its own (three cells and a function), and
+    the stock ``_invoke_agent_factory`` reads the wrapper's signature when it makes the agent, which
+    leaves an annotations dict on it: both kept for every agent type of every team a pipeline keeps.
+    :meth:`LeanAgentRuntime._invoke_agent_factory` calls ``make`` and checks the class the same way."""
+
+    __slots__ = ("make", "expected_class")
+    __code__ = None  # the stock runtime compares an instance's factory code with this (never equal)
+
+    def __init__(self, make: Callable[[], Any], expected_class: type[Any] | None) -> None:
+        self.make = make
+        self.expected_class = expected_class
+
+    def __call__(self) -> Any:
+        return self.make()
+
+
+async def _on_message(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:
+    """``agent.on_message(message, ctx)`` in the agent's handler context (``MessageHandlerContext``, set
+    as ``populate_context`` sets it, without a generator); a published message's failure is logged as
+    the stock runtime logs it. For a ``RoutedAgent`` or AgentChat's ``SequentialRoutedAgent`` (the
+    agent containers and group chat manager of a team) it does what ``BaseAgent.on_message``,
+    ``SequentialRoutedAgent.on_message_impl`` and ``RoutedAgent.on_message_impl`` do (0.7.5, pinned)
+    in this one coroutine instead of four: the handler of a turn lasts as long as the turn, and each
+    coroutine of the chain is kept for as long (any other agent is called as it is)."""
+    handling = _HANDLING.set(agent.id)
+    try:
+        kind = type(agent)
+        routing = getattr(kind, "on_message_impl", None) if kind.on_message is BaseAgent.on_message else None  # type: ignore[comparison-overlap]
+        if routing is SequentialRoutedAgent.on_message_impl:
+            in_order = any(isinstance(message, sequential) for sequential in agent._sequential_message_types)  # type: ignore[attr-defined]
+        elif routing is RoutedAgent.on_message_impl:
+            in_order = False
+        else:
+            return await agent.on_message(message, ctx)
+        if in_order:  # processed in the order received
+            await agent._fifo_lock.acquire()  # type: ignore[attr-defined]
+        try:
+            handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
+            if handlers is not None:
+                for handler in handlers:  # the first whose router takes it
+                    if handler.router(message, ctx):
+                        return await handler(agent, message, ctx)
+            return await agent.on_unhandled_message(message, ctx)  # type: ignore[attr-defined]
+        finally:
+            if in_order:
+                agent._fifo_lock.release()  # type: ignore[attr-defined]
+    except BaseException:
+        if published:
+            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
+        raise
+    finally:
+        _HANDLING.reset(handling)
 
 
 class _FirstWaitEvent(asyncio.Event):
@@ -318,6 +506,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._serialization_registry = _KNOWN_SERIALIZERS
+        self._subscription_manager = _Subscriptions()
         self._message_queue = lighten_queue(_MessageQueue(self))
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
@@ -353,8 +542,33 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         finally:
             self._message_queue = lighten_queue(_MessageQueue(self))
 
+    async def register_factory(
+        self, type: str | AgentType, agent_factory: Callable[[], Any], *, expected_class: type[Any] | None = None
+    ) -> AgentType:
+        if isinstance(type, str):
+            type = AgentType(type)
+        if type.type in self._agent_factories:
+            raise ValueError(f"Agent with type {type} already exists.")  # as the stock runtime
+        self._agent_factories[type.type] = _AgentFactory(agent_factory, expected_class)
+        return type
+
     async def _invoke_agent_factory(self, agent_factory: Callable[..., Any], agent_id: AgentId) -> Any:
-        agent = await super()._invoke_agent_factory(agent_factory, agent_id)
+        if type(agent_factory) is not _AgentFactory:
+            agent = await super()._invoke_agent_factory(agent_factory, agent_id)
+        else:  # as the stock runtime calls the wrapper it registers
+            with AgentInstantiationContext.populate_context((self, agent_id)):
+                try:
+                    agent = agent_factory.make()
+                    if inspect.isawaitable(agent):
+                        agent = await agent
+                    expected = agent_factory.expected_class
+                    if expected is not None and not issubclass(type(agent), expected):
+                        raise ValueError(f"Factory registered using the wrong type: expected {expected.__name__}, "
+                                         f"got {type(agent).__name__}")
+                except BaseException as exc:
+                    _event_logger.info(AgentConstructionExceptionEvent(agent_id=agent_id, exception=exc))
+                    _logger.error(f"Error constructing agent {agent_id}", exc_info=True)
+                    raise
         _lighten(agent)
         return agent
 
@@ -473,7 +687,13 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         queue._finished.clear()
         task = asyncio.get_running_loop().create_task(handler)
         self._background_tasks.add(task)
-        task.add_done_callback(self._background_tasks.discard)
+        task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[Any]) -> None:
+        handlers = self._background_tasks
+        handlers.discard(task)
+        if not handlers:
+            handlers.clear()  # a set keeps the table it grew to until cleared (~0.5 KB a runtime past four handlers)
 
     async def _process_send(self, message_envelope: SendMessageEnvelope) -> None:
         if not self._unobserved():
@@ -493,11 +713,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 cancellation_token=message_envelope.cancellation_token,
                 message_id=message_envelope.message_id,
             )
-            handling = _HANDLING.set(agent.id)  # as MessageHandlerContext.populate_context, without a generator per handler
-            try:
-                response = await agent.on_message(message_envelope.message, ctx=context)
-            finally:
-                _HANDLING.reset(handling)
+            response = await _on_message(agent, message_envelope.message, context, published=False)
         except BaseException as exc:
             if not future.done():
                 future.set_exception(exc)
@@ -524,7 +740,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                     cancellation_token=message_envelope.cancellation_token,
                     message_id=message_envelope.message_id,
                 )
-                deliveries.append(self._deliver(await self._get_agent(agent_id), message_envelope.message, context))
+                deliveries.append(_on_message(await self._get_agent(agent_id), message_envelope.message, context, published=True))
             if len(deliveries) == 1:
                 await deliveries[0]
             elif deliveries:
@@ -534,16 +750,6 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 self._background_exception = exc
         finally:
             self._message_queue.task_done()
-
-    async def _deliver(self, agent: Agent, message: Any, context: MessageContext) -> Any:
-        handling = _HANDLING.set(agent.id)
-        try:
-            return await agent.on_message(message, ctx=context)
-        except BaseException:
-            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
-            raise
-        finally:
-            _HANDLING.reset(handling)
 
     async def stop_after_handlers(self, timeout: float) -> None:
         """Stops the message loop of a run that was cancelled or failed, once its handlers have ended.

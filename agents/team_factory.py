@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -11,7 +12,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from autogen_agentchat.base import OrTerminationCondition, Team, TerminationCondition
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, MessageFactory, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat._round_robin_group_chat import (  # not exported (0.7.5)
+    RoundRobinGroupChatConfig,
+    RoundRobinGroupChatManager,
+)
 from autogen_core import AgentRuntime, ComponentModel
 from autogen_core.models import ChatCompletionClient
 
@@ -89,6 +94,32 @@ class _InTurnOr(OrTerminationCondition):
         if not stops:
             return None
         return StopMessage(content=", ".join(stop.content for stop in stops), source=", ".join(stop.source for stop in stops))
+
+
+class _RoundRobinTeam(RoundRobinGroupChat):
+    # Duet's team as served: the runtime keeps the factory of each of the team's agents (its agent
+    # containers and group chat manager) for as long as the team, and AgentChat (0.7.5, pinned) makes
+    # each a closure (a function and a cell per argument, eleven for the manager); these are partial
+    # objects of the same calls. The stock docstring and label: it dumps as the stock team.
+    __doc__ = RoundRobinGroupChat.__doc__
+    component_label = "RoundRobinGroupChat"
+
+    def _create_participant_factory(self, parent_topic_type: str, output_topic_type: str, agent: Any,
+                                    message_factory: MessageFactory) -> Any:
+        return functools.partial(ChatAgentContainer, parent_topic_type, output_topic_type, agent, message_factory)
+
+    def _create_group_chat_manager_factory(self, *arguments: Any, **named: Any) -> Any:
+        return functools.partial(RoundRobinGroupChatManager, *_manager_arguments(*arguments, **named), self._emit_team_events)
+
+
+def _manager_arguments(name: str, group_topic_type: str, output_topic_type: str, participant_topic_types: list[str],
+                       participant_names: list[str], participant_descriptions: list[str], output_message_queue: Any,
+                       termination_condition: TerminationCondition | None, max_turns: int | None,
+                       message_factory: MessageFactory) -> tuple[Any, ...]:
+    """The arguments of ``_create_group_chat_manager_factory`` (passed by name), in the order of
+    ``RoundRobinGroupChatManager``'s."""
+    return (name, group_topic_type, output_topic_type, participant_topic_types, participant_names, participant_descriptions,
+            output_message_queue, termination_condition, max_turns, message_factory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,10 +288,12 @@ class TeamFactory:
             participant.kind._from_config(participant.config, client)  # type: ignore[attr-defined]
             for participant, client in zip(self._participants, clients, strict=True)
         ]
-        termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
-        if team.termination_condition == _DUET_TERMINATION:
-            termination = _InTurnOr(*termination._conditions)  # type: ignore[union-attr]  # the two conditions it loaded
-        made = RoundRobinGroupChat(
+        termination: TerminationCondition | None
+        if team.termination_condition == _DUET_TERMINATION:  # made, not loaded: the same two conditions, no validation
+            termination = _InTurnOr(*duet_termination()._conditions)  # type: ignore[attr-defined]
+        else:
+            termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
+        made = _RoundRobinTeam(
             participants,
             name=team.name,
             description=team.description,

@@ -643,6 +643,38 @@ def test_team_factory_gives_each_team_its_own_client_of_any_other_kind() -> None
     assert asyncio.run(main()) == [[ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]] * 2
 
 
+def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_the_stock_team() -> None:
+    """The runtime keeps the factory of each of a team's agents for as long as the team: partial calls
+    of AgentChat's classes, not AgentChat's closures; the team still runs and dumps as the stock one."""
+    import functools
+
+    from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
+    from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager
+
+    from duet.agents.team import duet_termination
+
+    component = _component(answer=ReplayChatCompletionClient(["Sunny today."]))
+    slot = TeamFactory(component)()
+
+    async def main() -> list[Any]:
+        assert slot.runtime is not None
+        with bind_run(_run([])):
+            slot.runtime.start()
+            replies = [read_reply(m) async for m in slot.team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
+        await slot.runtime.stop_when_idle()
+        return replies
+
+    assert asyncio.run(main()) == [ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]
+    made = [factory.make for factory in slot.runtime._agent_factories.values()]  # type: ignore[union-attr]
+    assert all(isinstance(make, functools.partial) for make in made)
+    assert sorted(make.func.__name__ for make in made) == sorted([ChatAgentContainer.__name__] * 2 + [RoundRobinGroupChatManager.__name__])
+    assert slot.team.dump_component() == RoundRobinGroupChat.load_component(component).dump_component() == component
+    # Duet's termination is made, not loaded from the component (no validation per team): the same two conditions.
+    conditions = slot.team._termination_condition._conditions  # type: ignore[union-attr]
+    assert [condition.dump_component() for condition in conditions] == [c.dump_component() for c in duet_termination()._conditions]
+    assert not any(condition.terminated for condition in conditions)
+
+
 def test_team_factory_close_closes_the_shared_clients_and_the_team_no_request_leased() -> None:
     async def main() -> None:
         component = _component(reasoner=_lean("r"), answer=_custom("a"))

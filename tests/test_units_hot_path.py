@@ -227,6 +227,7 @@ def test_agents_of_a_lean_runtime_share_their_handler_table_and_keep_message_ord
     log, (first, second) = asyncio.run(_three_steps_at_once())
     assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
     assert first._handlers is second._handlers and set(first._handlers) == {Step}
+    assert first._sequential_message_types is second._sequential_message_types == (Step,)
     assert not first._fifo_lock._locked and not first._fifo_lock._waiting
 
 
@@ -237,7 +238,7 @@ def test_a_fresh_agent_of_a_lean_runtime_holds_no_waiting_line() -> None:
         return await runtime.try_get_underlying_agent_instance(AgentId("in_order", "default"), InOrder)
 
     agent = asyncio.run(make())
-    assert agent._fifo_lock._waiting is None and not hasattr(agent._fifo_lock, "_queue")
+    assert agent._fifo_lock._waiting is None and not hasattr(agent._fifo_lock, "_queue") and not hasattr(agent._fifo_lock, "__dict__")
 
 
 def test_lean_runtimes_share_one_serializer_registry_that_still_serves_the_event_log(caplog: pytest.LogCaptureFixture) -> None:
@@ -518,3 +519,188 @@ def _types(value: Any) -> Any:
     if isinstance(value, list):
         return [_types(item) for item in value]
     return type(value)
+
+
+# --- a team's registrations on a lean runtime ----------------------------------------------------
+
+async def _run_a_team_on(runtime: SingleThreadedAgentRuntime) -> list[str]:
+    """A plain AgentChat team of two agents with scripted models, run once on ``runtime``; who spoke."""
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    team = RoundRobinGroupChat(
+        [AssistantAgent("first", ReplayChatCompletionClient(["one"])), AssistantAgent("second", ReplayChatCompletionClient(["two"]))],
+        termination_condition=MaxMessageTermination(3), runtime=runtime)
+    runtime.start()
+    result = await asyncio.wait_for(team.run(task="go"), 5)
+    await runtime.stop_when_idle()
+    return [message.source for message in result.messages]
+
+
+def test_a_team_on_a_lean_runtime_draws_no_subscription_id_and_caches_no_recipients() -> None:
+    """A two-agent team registers ten subscriptions when it first runs; on a lean runtime none draws its uuid
+    (drawn when read: stable, a uuid4), and no topic's recipients are kept. A team runs the same, a
+    subscription added twice is refused, and one removed by its id no longer delivers."""
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]
+    assert asyncio.run(_run_a_team_on(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    manager = runtime._subscription_manager
+    subscriptions = list(manager.subscriptions)
+    assert len(subscriptions) == 10 and all(subscription._id is None for subscription in subscriptions)
+    assert not hasattr(manager, "_subscribed_recipients") and not manager._seen_topics
+    assert manager._seen_topics is LeanAgentRuntime()._subscription_manager._seen_topics  # one empty set for all
+
+    async def add_remove() -> None:
+        first = next(subscription for subscription in subscriptions if isinstance(subscription, TypeSubscription))
+        with pytest.raises(ValueError, match="already exists"):
+            await runtime.add_subscription(TypeSubscription(first.topic_type, first.agent_type))
+        assert all(subscription._id is None for subscription in subscriptions)
+        assert uuid.UUID(first.id).version == 4 and first.id == first.id
+        topic = TopicId(first.topic_type, "key")
+        assert first.map_to_agent(topic) in await manager.get_subscribed_recipients(topic)
+        await runtime.remove_subscription(first.id)
+        assert first.map_to_agent(topic) not in await manager.get_subscribed_recipients(topic)
+
+    asyncio.run(add_remove())
+
+
+def test_a_lean_runtime_registers_agent_types_without_a_closure_each_and_makes_agents_as_the_stock_one() -> None:
+    """No wrapper closure per agent type (nor the annotations dict reading its signature leaves on it);
+    the agents are made in their instantiation context and a factory of the wrong class is refused,
+    as the stock runtime does; an instance cannot be registered to a factory's type."""
+    from autogen_core import RoutedAgent
+
+    from duet.agents.runtime import _AgentFactory
+
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]
+    assert len(runtime._agent_factories) == 3 and all(type(factory) is _AgentFactory for factory in runtime._agent_factories.values())
+
+    async def refusals(runtime: SingleThreadedAgentRuntime) -> list[str]:
+        await InOrder.register(runtime, "wrong", lambda: RoutedAgent("not in order"))  # type: ignore[arg-type, return-value]
+        await InOrder.register(runtime, "right", lambda: InOrder([]))
+        errors = []
+        with pytest.raises(ValueError) as wrong:
+            await runtime.try_get_underlying_agent_instance(AgentId("wrong", "default"))
+        errors.append(str(wrong.value))
+        with pytest.raises(ValueError) as instance:
+            await runtime.register_agent_instance(InOrder([]), AgentId("right", "other"))
+        errors.append(str(instance.value))
+        made = await runtime.try_get_underlying_agent_instance(AgentId("right", "default"), InOrder)
+        errors.append(f"{made.id} {made.runtime is runtime}")
+        return errors
+
+    stock = asyncio.run(refusals(SingleThreadedAgentRuntime()))
+    assert asyncio.run(refusals(LeanAgentRuntime())) == stock
+    assert stock[0].startswith("Factory registered using the wrong type") and stock[2] == "right/default True"
+
+
+def test_a_lean_runtime_gives_back_the_room_of_its_handlers_once_none_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its set of running handlers grows past four at a burst of messages; once none runs it is as
+    small as a new set again (a set keeps the table it grew to until it is cleared)."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def burst() -> tuple[int, int, int]:
+        gate = asyncio.Event()
+        handled: list[str] = []
+
+        async def wait(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            await gate.wait()
+            handled.append(message.text)
+
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        await ClosureAgent.register_closure(runtime, "waiter", wait, subscriptions=lambda: [TypeSubscription("burst", "waiter")])
+        runtime.start()
+        for number in range(8):
+            await runtime.publish_message(Counted(str(number)), TopicId("burst", "default"))
+        await asyncio.sleep(0)
+        running = len(runtime._background_tasks)
+        grown = runtime._background_tasks.__sizeof__()
+        gate.set()
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        assert len(handled) == 8
+        return running, grown, runtime._background_tasks.__sizeof__()
+
+    running, grown, after = asyncio.run(burst())
+    assert running == 8 and grown > set().__sizeof__() and after == set().__sizeof__()
+
+
+def test_a_routed_agent_on_a_lean_runtime_is_handed_its_message_in_one_coroutine_not_three(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler (a team's turn runs in one) waits below one coroutine of the runtime's dispatch, not
+    below BaseAgent.on_message and two on_message_impl (each kept as long as the turn); sequential
+    agents still take their messages in order (test above), and other agents are called as they are."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def chain() -> list[str]:
+        gate = asyncio.Event()
+
+        class Waits(InOrder):
+            @rpc
+            async def on_step(self, message: Step, ctx: MessageContext) -> int:
+                await gate.wait()
+                return message.number
+
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        await Waits.register(runtime, "waits", lambda: Waits([]))
+        runtime.start()
+        reply = asyncio.ensure_future(runtime.send_message(Step(7), AgentId("waits", "default")))
+        await asyncio.sleep(0.01)
+        [handler] = runtime._background_tasks
+        names, coro = [], handler.get_coro()
+        while coro is not None and hasattr(coro, "cr_code"):
+            names.append(coro.cr_code.co_name)
+            coro = coro.cr_await
+        gate.set()
+        assert await asyncio.wait_for(reply, 5) == 7
+        await runtime.stop_when_idle()
+        return names
+
+    names = asyncio.run(chain())
+    assert names[0] == "_process_send" and "on_step" in names
+    assert "on_message" not in names and "on_message_impl" not in names
+
+
+def test_every_turn_of_a_team_is_requested_with_one_shared_message() -> None:
+    """AgentChat's group chat manager asks each speaker for its turn with a message that has no
+    fields: one instance serves every turn of every team (it cannot take an attribute), and teams run
+    as before, on the lean runtime and the stock one."""
+    from autogen_agentchat.teams._group_chat._events import GroupChatRequestPublish
+
+    requests: list[Any] = []
+
+    def recording(kind: type[SingleThreadedAgentRuntime]) -> SingleThreadedAgentRuntime:
+        class Recording(kind):  # type: ignore[valid-type, misc]
+            async def publish_message(self, message: Any, *args: Any, **kwargs: Any) -> None:
+                if isinstance(message, GroupChatRequestPublish):
+                    requests.append(message)
+                await super().publish_message(message, *args, **kwargs)
+
+        return Recording(ignore_unhandled_exceptions=False)
+
+    for kind in (LeanAgentRuntime, SingleThreadedAgentRuntime):
+        assert asyncio.run(_run_a_team_on(recording(kind))) == ["user", "first", "second"]
+    assert len(requests) == 4 and all(type(request) is GroupChatRequestPublish for request in requests)
+    assert all(request is requests[0] for request in requests)
+    with pytest.raises(ValueError, match="no field"):
+        requests[0].text = "changed"
+
+
+def test_a_direct_message_subscription_keeps_no_prefix_string_and_matches_as_the_stock_one() -> None:
+    """Each registered agent type's subscription to its direct messages ("<type>:...") keeps no
+    prefix string of its own; it matches, maps and compares as autogen-core's."""
+    from autogen_core import TypePrefixSubscription
+    from autogen_core._base_agent import TypePrefixSubscription as made_by_registration
+
+    lean = made_by_registration("writer:", "writer")
+    stock = TypePrefixSubscription("writer:", "writer")
+    assert type(lean) is not TypePrefixSubscription and isinstance(lean, TypePrefixSubscription)
+    assert lean._topic_type_prefix is None and lean.topic_type_prefix == "writer:" and lean == stock
+    for topic in ("writer:", "writer:draft", "writer", "writers:", "write:", "other:writer:"):
+        topic_id = TopicId(topic, "key")
+        assert lean.is_match(topic_id) == stock.is_match(topic_id), topic
+        if stock.is_match(topic_id):
+            assert lean.map_to_agent(topic_id) == stock.map_to_agent(topic_id)
+    other = made_by_registration("notes.", "writer")  # any other prefix is kept as given
+    assert other.topic_type_prefix == "notes." and other.is_match(TopicId("notes.1", "k")) and other != lean
