@@ -64,6 +64,7 @@ from .errors import (
 )
 from . import wire_json
 from .observe import upstream_headers
+from .text_parts import TextParts
 from .thinking import ReasoningText
 
 ANSWER_MODEL_INFO: ModelInfo = {
@@ -767,8 +768,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if content_type == "text/html":
             raise await self._unexpected_body(response, "an HTML page")
 
-        content: list[str] = []
-        thought: list[str] = []
+        content = TextParts()
+        thought = TextParts()
         details: list[Any] = []  # reasoning_details fragments
         reasoning_field: ReasoningField | None = None
         calls: dict[int, _ToolCallBuilder] = {}
@@ -898,7 +899,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise UpstreamProtocolError("ended the stream without an answer (no choices)", model=model)
         if not done and finish_reason is None:
             raise UpstreamConnectionError("ended the stream before the model finished", model=model)
-        yield self._result("".join(content), "".join(thought) or None, calls, finish_reason, usage,
+        yield self._result(content.join(), thought.join() or None, calls, finish_reason, usage,
                            reasoning_field, merge_details(details) if details else None)
 
     async def _unexpected_body(self, response: aiohttp.ClientResponse, what: str) -> UpstreamError:
