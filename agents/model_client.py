@@ -296,8 +296,10 @@ async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[list[byt
                 if lines:
                     events.append(b"\n".join(lines))
         buffer = buffer[start:] + held
+        received = event = None  # type: ignore[assignment]  # the read is parsed: not kept while the next one is awaited
         if events:
             yield events
+        events = lines = None  # type: ignore[assignment]
         if len(buffer) > MAX_EVENT_BYTES:
             raise _EventTooLarge()
 
@@ -865,7 +867,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                     yield pending_kind("".join(pending))
                     pending.clear()
                 # Nothing of this read stays with the stream while it waits for the next one.
-                events = data = chunk = choices = choice = delta = None  # type: ignore[assignment]
+                events = data = chunk = choices = choice = delta = reasoning = text = tool_deltas = detail_fragments = None  # type: ignore[assignment]
                 if failure is not None:
                     break
                 if done:

@@ -202,6 +202,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                     result = piece
                     break
                 reasoning, content = splitter.feed(piece)
+                piece = None  # type: ignore[assignment]  # split: not kept while the next one is awaited
                 if content and self._stop_after_thinking and splitter.reasoning_finished:
                     content = ""  # the thinking is complete and a draft answer begins: stop here
                     stopped = True

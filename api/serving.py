@@ -343,12 +343,16 @@ class _EventSource:
         self._renderer.start()
         for event in self._first:
             render(event)
+        # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.
+        self._first = []
+        event = None
         if self._run.ended:
             await self._protocol.completed(self._request, self._writer)
         yield take()
         while not self._run.ended:
             for event in await self._run.next_batch():
                 render(event)
+            event = None
             if self._run.ended:
                 await self._protocol.completed(self._request, self._writer)
             yield take()
