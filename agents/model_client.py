@@ -64,6 +64,7 @@ from .errors import (
 )
 from . import wire_json
 from .observe import upstream_headers
+from .small_deque import SmallDeque, lighten_deque
 from .text_parts import TextParts
 from .thinking import ReasoningText
 
@@ -336,6 +337,19 @@ def _media_type(response: aiohttp.ClientResponse) -> str:
     parameters aiohttp parses and keeps on the response (~1.5 KB) for it."""
     media_type = (response.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
     return media_type if media_type.count("/") == 1 else "application/octet-stream"  # aiohttp's default
+
+
+def _lighten(response: aiohttp.ClientResponse) -> None:
+    """aiohttp keeps a response's unread body chunks, its chunked body's offsets and its connection's
+    parsed responses in deques, which hold an item or two for as long as the stream lasts (~750 bytes
+    each): small ones instead. The offsets' queue is made here if the first chunk has not begun."""
+    reader = response.content
+    lighten_deque(reader, "_buffer")
+    lighten_deque(reader, "_http_chunk_splits")  # made already if the first chunk came with the head
+    if getattr(reader, "_http_chunk_splits", 0) is None and not reader.total_bytes:
+        reader._http_chunk_splits = SmallDeque()  # type: ignore[assignment]
+    if response.connection is not None:
+        lighten_deque(response.connection.protocol, "_buffer", only_empty=True)
 
 
 def _forget(exc: BaseException) -> None:
@@ -663,6 +677,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if cancellation_token is not None:
             cancellation_token.link_future(request)
         response = await request
+        _lighten(response)
         if cancellation_token is not None:
             # Closing the response aborts a read at once and drops the connection, so the
             # upstream stops generating; no task per chunk is needed.

@@ -12,7 +12,6 @@ connection).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import logging
@@ -23,6 +22,8 @@ from typing import Any, Callable, Protocol
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from duet.agents.small_deque import SmallDeque, lighten_deque
 
 from .process import freeze_startup_objects
 from .protocol import ErrorBody, ErrorDetail
@@ -61,24 +62,6 @@ class _EdgeState:
         self.disconnect_watchers: list[asyncio.Future[None]] | None = None  # of the running request (WATCH_DISCONNECT)
 
 
-def _waiting_with_a_list(event: asyncio.Event) -> None:
-    """Makes ``event`` keep its waiters in a list: asyncio's Event keeps them in a deque, which
-    allocates a 512-byte block when it is made (~750 bytes, for the one waiter uvicorn's events
-    ever have). Event only appends, removes, iterates and counts its waiters."""
-    if type(getattr(event, "_waiters", None)) is collections.deque and not event._waiters:  # type: ignore[attr-defined]
-        event._waiters = []  # type: ignore[attr-defined]
-
-
-class _Pipeline(list):  # type: ignore[type-arg]
-    """uvicorn's queue of pipelined requests (``appendleft`` and ``pop``, as on its deque), without
-    the deque's 512-byte block on every connection: pipelining clients are rare."""
-
-    __slots__ = ()
-
-    def appendleft(self, item: Any) -> None:
-        self.insert(0, item)
-
-
 class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a bounded, timed request head, a connection cap, and a
     time limit on skipping a body nobody will use."""
@@ -88,7 +71,9 @@ class EdgeProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._edge = _EdgeState()  # one attribute: see _EdgeState
-        self.pipeline = _Pipeline()  # type: ignore[assignment]
+        # uvicorn's queue of pipelined requests, and below its events' waiters: deques of ~750 bytes
+        # each for an item or two, on every connection and request.
+        self.pipeline = SmallDeque()  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.options.max_connections and not self._evict_slowest_head():
@@ -96,7 +81,7 @@ class EdgeProtocol(HttpToolsProtocol):
             transport.close()  # at the cap, every connection busy with a request: refuse at once
             return
         super().connection_made(transport)
-        _waiting_with_a_list(self.flow._is_writable_event)
+        lighten_deque(self.flow._is_writable_event, "_waiters", only_empty=True)
         self._edge.head_budget = self.options.max_header_bytes
         self._start_head_timer()  # a connection that never sends a full head is closed too
 
@@ -157,7 +142,7 @@ class EdgeProtocol(HttpToolsProtocol):
             self.scope[HOLD_WRITES] = self._hold_writes  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
         if self.cycle is not None:
-            _waiting_with_a_list(self.cycle.message_event)
+            lighten_deque(self.cycle.message_event, "_waiters", only_empty=True)
 
     def _hold_writes(self, hold: bool) -> None:
         """Holds back (True) or sends (False) what is written to the connection (:data:`HOLD_WRITES`)."""
