@@ -230,9 +230,7 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.create_task(self._run(scope, receive, send))
         watcher = self._disconnected or watch_disconnect(scope, receive)
-        waits: set[asyncio.Future[None]] = {writer, watcher}
-        if self._stopped is not None:
-            waits.add(self._stopped)
+        waits = (writer, watcher) if self._stopped is None else (writer, watcher, self._stopped)  # a tuple: no set for the stream's life
         try:
             await wait_first(waits)
             if self.write_timed_out:
@@ -286,6 +284,7 @@ class EventStreamResponse(Response):
                     self._writing = True
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     self._writing = False
+                    chunk = b""  # written: not kept while the next is awaited
                 if hold_writes is not None:
                     hold_writes(False)
                     hold_writes = None
