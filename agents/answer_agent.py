@@ -44,6 +44,7 @@ from .grounding import retrieved_context
 from .messages import answer_reply, client_handoff, read_grounding, read_task
 from .observe import observe_client_tool_calls, observe_tool_call, observer_of
 from .run_context import AnswerOptions, DuetRun, current_run
+from .text_parts import TextParts
 from .thinking import ReasoningSplitter
 
 logger = logging.getLogger(__name__)
@@ -171,8 +172,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 if not isinstance(round_choice, str) and self._client_tool(workbench, round_choice.name) is None:
                     round_choice = "auto"
             splitter = ReasoningSplitter()
-            text_parts: list[str] = []
-            thinking_parts: list[str] = []  # the model's own reasoning in this round
+            text_parts = TextParts()
+            thinking_parts = TextParts()  # the model's own reasoning in this round
             result: CreateResult | None = None
             piece, stream, pass_back = await self._open_stream(
                 history, pass_back, carries_reasoning, run,
@@ -206,7 +207,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             total = add_usage(total, result.usage)
             yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
                         reasoning_tokens=getattr(result, "reasoning_tokens", 0))
-            answer = "".join(text_parts).lstrip("\n")
+            answer = text_parts.join().lstrip("\n")
 
             if isinstance(result.content, str):
                 yield self._reply(answer, _FINISH_REASONS.get(result.finish_reason, "stop"), total)
@@ -259,13 +260,13 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         return getattr(self._model_client, "reasoning_field", None) is not None
 
     @staticmethod
-    def _own_reasoning(thinking_parts: Sequence[str], result: CreateResult) -> ModelReasoning | None:
+    def _own_reasoning(thinking_parts: TextParts, result: CreateResult) -> ModelReasoning | None:
         """The reasoning the model produced on a round of tool calls, as its upstream spelled it."""
         details = getattr(result, "reasoning_details", None)
         if not thinking_parts and not details:
             return None
         field = getattr(result, "reasoning_field", None) or "reasoning_content"
-        return ModelReasoning(text="".join(thinking_parts), field=field, details=details)
+        return ModelReasoning(text=thinking_parts.join(), field=field, details=details)
 
     async def _open_stream(
         self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, run: DuetRun | None, **arguments: Any

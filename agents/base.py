@@ -159,6 +159,7 @@ class DuetAgent(BaseChatAgent):
                     continue
                 if not run.emit(item):  # the reader is behind: read no further from the model until it catches up
                     await run.room()
+                item = None  # handed on: not kept while the next one is awaited
                 if first_event is not None:
                     first_event.set_result(None)
                     first_event = None

@@ -64,6 +64,8 @@ from .errors import (
 )
 from . import wire_json
 from .observe import upstream_headers
+from .small_deque import SmallDeque, lighten_deque
+from .text_parts import TextParts
 from .thinking import ReasoningText
 
 ANSWER_MODEL_INFO: ModelInfo = {
@@ -316,8 +318,10 @@ async def _sse_data(response: aiohttp.ClientResponse, one_chunk_at_a_time: Calla
                 if lines:
                     events.append(b"\n".join(lines))
         buffer = buffer[start:] + held
+        received = event = None  # type: ignore[assignment]  # the read is parsed: not kept while the next one is awaited
         if events:
             yield events
+        events = lines = None  # type: ignore[assignment]
         if len(buffer) > MAX_EVENT_BYTES:
             raise _EventTooLarge()
 
@@ -365,6 +369,19 @@ def _media_type(response: aiohttp.ClientResponse) -> str:
     parameters aiohttp parses and keeps on the response (~1.5 KB) for it."""
     media_type = (response.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
     return media_type if media_type.count("/") == 1 else "application/octet-stream"  # aiohttp's default
+
+
+def _lighten(response: aiohttp.ClientResponse) -> None:
+    """aiohttp keeps a response's unread body chunks, its chunked body's offsets and its connection's
+    parsed responses in deques, which hold an item or two for as long as the stream lasts (~750 bytes
+    each): small ones instead. The offsets' queue is made here if the first chunk has not begun."""
+    reader = response.content
+    lighten_deque(reader, "_buffer")
+    lighten_deque(reader, "_http_chunk_splits")  # made already if the first chunk came with the head
+    if getattr(reader, "_http_chunk_splits", 0) is None and not reader.total_bytes:
+        reader._http_chunk_splits = SmallDeque()  # type: ignore[assignment]
+    if response.connection is not None:
+        lighten_deque(response.connection.protocol, "_buffer", only_empty=True)
 
 
 def _forget(exc: BaseException) -> None:
@@ -692,6 +709,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if cancellation_token is not None:
             cancellation_token.link_future(request)
         response = await request
+        _lighten(response)
         if cancellation_token is not None:
             # Closing the response aborts a read at once and drops the connection, so the
             # upstream stops generating; no task per chunk is needed.
@@ -799,8 +817,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if content_type == "text/html":
             raise await self._unexpected_body(response, "an HTML page")
 
-        content: list[str] = []
-        thought: list[str] = []
+        content = TextParts()
+        thought = TextParts()
         details: list[Any] = []  # reasoning_details fragments
         reasoning_field: ReasoningField | None = None
         calls: dict[int, _ToolCallBuilder] = {}
@@ -903,7 +921,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                     yield pending_kind("".join(pending))
                     pending.clear()
                 # Nothing of this read stays with the stream while it waits for the next one.
-                events = data = chunk = choices = choice = delta = None  # type: ignore[assignment]
+                events = data = chunk = choices = choice = delta = reasoning = text = tool_deltas = detail_fragments = None  # type: ignore[assignment]
                 if failure is not None:
                     break
                 if done:
@@ -937,7 +955,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raise UpstreamProtocolError("ended the stream without an answer (no choices)", model=model)
         if not done and finish_reason is None:
             raise UpstreamConnectionError("ended the stream before the model finished", model=model)
-        yield self._result("".join(content), "".join(thought) or None, calls, finish_reason, usage,
+        yield self._result(content.join(), thought.join() or None, calls, finish_reason, usage,
                            reasoning_field, merge_details(details) if details else None)
 
     async def _unexpected_body(self, response: aiohttp.ClientResponse, what: str) -> UpstreamError:

@@ -107,6 +107,7 @@ async def _observed_stream(call: ModelCallObserver, stream: AsyncGenerator[Any, 
             if not isinstance(piece, str):  # the last piece (a CreateResult, or a client's subclass of it); text passes untouched
                 result = piece
             yield piece
+            piece = None  # handed on: not kept while the next one is awaited
     except StopAsyncIteration:  # a stream without a single piece
         pass
     except BaseException as exc:  # a failure, a cancellation, or the agent stopping early (GeneratorExit)

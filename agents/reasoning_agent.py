@@ -24,6 +24,7 @@ from .grounding import retrieved_context
 from .messages import read_grounding, read_task, reasoning_reply, restores_reasoning
 from .model_client import streaming_create_args
 from .run_context import DuetRun
+from .text_parts import TextParts
 from .thinking import ReasoningSplitter
 
 DEFAULT_REASONING_PROMPT = (
@@ -187,7 +188,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             call_token = child_token(cancellation_token)
             timer = asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
         splitter = ReasoningSplitter()
-        parts: list[str] = []
+        parts = TextParts()
         size = 0
         result: CreateResult | None = None
         stopped = False
@@ -201,6 +202,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                     result = piece
                     break
                 reasoning, content = splitter.feed(piece)
+                piece = None  # type: ignore[assignment]  # split: not kept while the next one is awaited
                 if content and self._stop_after_thinking and splitter.reasoning_finished:
                     content = ""  # the thinking is complete and a draft answer begins: stop here
                     stopped = True
@@ -243,7 +245,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         # All the reasoner writes is reasoning to the client (a draft answer after it is never shown).
         yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                     reasoning_tokens=usage.completion_tokens)
-        yield Response(chat_message=reasoning_reply(self.name, "".join(parts).strip(), usage))
+        yield Response(chat_message=reasoning_reply(self.name, parts.join().strip(), usage))
 
     def _rethinks(self, messages: Sequence[BaseChatMessage]) -> bool:
         """Whether a round that only brings tool results is thought through again."""

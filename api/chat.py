@@ -98,10 +98,12 @@ class ChatCompletions(WireProtocol[ParsedChat]):
         conversation = conversation_from_openai(wire.messages)
         tools = client_tools_of(wire, body)
         options = answer_options(wire, tools, duet.service_tool_names)
-        return RunRequest(wire.model, wire.stream, conversation, tools, options, user=wire.user, legacy=wire.legacy_functions, wire=wire)
+        # Of the parsed request, the writers need one flag: the request is not kept for as long as its stream lasts.
+        return RunRequest(wire.model, wire.stream, conversation, tools, options, user=wire.user, legacy=wire.legacy_functions,
+                          state={"include_usage": wire.include_usage})
 
     def stream_writer(self, request: RunRequest, response_id: str) -> ChunkWriter:
-        return ChunkWriter(ChunkEncoder(response_id, int(time.time()), request.model), request.wire.include_usage)
+        return ChunkWriter(ChunkEncoder(response_id, int(time.time()), request.model), request.state["include_usage"])
 
     def fold(self, request: RunRequest, response_id: str) -> CompletionFold:
         return CompletionFold(response_id, int(time.time()), request.model)

@@ -23,10 +23,12 @@ from typing import Any, Callable, Protocol
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from duet.agents.small_deque import SmallDeque, lighten_deque
+
 from .process import freeze_startup_objects
 from .protocol import ErrorBody, ErrorDetail
 from .settings import ServiceOptions
-from .sse import ABORT_CONNECTION, HOLD_WRITES
+from .sse import ABORT_CONNECTION, HOLD_WRITES, WATCH_DISCONNECT
 
 logger = logging.getLogger("duet")
 
@@ -49,7 +51,7 @@ class _EdgeState:
     28 attributes, and an object with more than 29 gets a dict of its own instead of its class's shared
     keys (CPython 3.11: ~1.3 KB more for every open connection)."""
 
-    __slots__ = ("head_budget", "heads_read", "head_timer", "head_since", "unread_body_timer")
+    __slots__ = ("head_budget", "heads_read", "head_timer", "head_since", "unread_body_timer", "disconnect_watchers")
 
     def __init__(self) -> None:
         self.head_budget = -1  # bytes the current request head may still take; -1 while no head is read
@@ -57,6 +59,7 @@ class _EdgeState:
         self.head_timer: asyncio.TimerHandle | None = None  # set while a head is awaited
         self.head_since = 0.0
         self.unread_body_timer: asyncio.TimerHandle | None = None
+        self.disconnect_watchers: list[asyncio.Future[None]] | None = None  # of the running request (WATCH_DISCONNECT)
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -68,6 +71,9 @@ class EdgeProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._edge = _EdgeState()  # one attribute: see _EdgeState
+        # uvicorn's queue of pipelined requests, and below its events' waiters: deques of ~750 bytes
+        # each for an item or two, on every connection and request.
+        self.pipeline = SmallDeque()  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.options.max_connections and not self._evict_slowest_head():
@@ -75,6 +81,7 @@ class EdgeProtocol(HttpToolsProtocol):
             transport.close()  # at the cap, every connection busy with a request: refuse at once
             return
         super().connection_made(transport)
+        lighten_deque(self.flow._is_writable_event, "_waiters", only_empty=True)
         self._edge.head_budget = self.options.max_header_bytes
         self._start_head_timer()  # a connection that never sends a full head is closed too
 
@@ -95,6 +102,7 @@ class EdgeProtocol(HttpToolsProtocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._tell_gone()
         self._cancel_head_timer()
         self._cancel_unread_body_timer()
         if self.flow is None:  # closed at the cap in connection_made: uvicorn never saw it
@@ -129,9 +137,12 @@ class EdgeProtocol(HttpToolsProtocol):
         self._edge.heads_read += 1
         self._cancel_head_timer()
         self.scope[ABORT_CONNECTION] = self.transport.abort  # type: ignore[typeddict-unknown-key]
+        self.scope[WATCH_DISCONNECT] = self._watch_disconnect  # type: ignore[typeddict-unknown-key]
         if _TCP_CORK is not None:
             self.scope[HOLD_WRITES] = self._hold_writes  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
+        if self.cycle is not None:
+            lighten_deque(self.cycle.message_event, "_waiters", only_empty=True)
 
     def _hold_writes(self, hold: bool) -> None:
         """Holds back (True) or sends (False) what is written to the connection (:data:`HOLD_WRITES`)."""
@@ -144,12 +155,32 @@ class EdgeProtocol(HttpToolsProtocol):
             with contextlib.suppress(OSError, ValueError):
                 sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, int(hold))
 
+    def _watch_disconnect(self, gone: asyncio.Future[None]) -> None:
+        """Sets ``gone``'s result when the connection is lost or the response is complete
+        (:data:`WATCH_DISCONNECT`): what uvicorn's ``receive`` tells a task waiting in it, without the task.
+        One request at a time runs on a connection (pipelined ones wait for it)."""
+        cycle = self.cycle
+        if cycle is None or cycle.disconnected or cycle.response_complete or self.transport.is_closing():
+            gone.set_result(None)
+            return
+        if self._edge.disconnect_watchers is None:
+            self._edge.disconnect_watchers = []
+        self._edge.disconnect_watchers.append(gone)
+        self.flow.resume_reading()  # as receive does: a hang-up is seen only while the connection is read
+
+    def _tell_gone(self) -> None:
+        watchers, self._edge.disconnect_watchers = self._edge.disconnect_watchers, None
+        for gone in watchers or ():
+            if not gone.done():  # a cancelled one stopped watching
+                gone.set_result(None)
+
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._cancel_unread_body_timer()
         self._edge.head_budget = self.options.max_header_bytes  # what follows is the next request's head
 
     def on_response_complete(self) -> None:
+        self._tell_gone()
         cycle = self.cycle
         if cycle is not None and cycle.response_complete and cycle.more_body:
             # Answered before its body arrived (a refusal): the parser skips the rest of the body

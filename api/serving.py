@@ -38,7 +38,7 @@ from .observability import current_observation
 from .protocol import Model, ModelList
 from .rendering import Renderer, ResponseWriter
 from .settings import ServiceOptions
-from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, wait_for_disconnect
+from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, watch_disconnect
 from .validation import LARGE_BODY_BYTES, load_body
 
 
@@ -220,10 +220,10 @@ class Service:
                 observation.stream = run_request.stream
             # The disconnect watcher is live before the run exists, and cancels the run's token itself
             # (the model clients check it before each call): a client that leaves before a model call
-            # starts never costs one. The watcher's task is made first, so in the next turn of the
-            # loop it sees a client that is gone already before the run's first step does.
+            # starts never costs one. The watcher is made first, so in the next turn of the loop it
+            # tells of a client that is gone already before the run's first step runs.
             token = RunToken()
-            disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive, then=token.cancel))
+            disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
             response_id = f"{protocol.id_prefix}{uuid.uuid4().hex}"
             try:
                 run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
@@ -343,12 +343,16 @@ class _EventSource:
         self._renderer.start()
         for event in self._first:
             render(event)
+        # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.
+        self._first = []
+        event = None
         if self._run.ended:
             await self._protocol.completed(self._request, self._writer)
         yield take()
         while not self._run.ended:
             for event in await self._run.next_batch():
                 render(event)
+            event = None
             if self._run.ended:
                 await self._protocol.completed(self._request, self._writer)
             yield take()

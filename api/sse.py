@@ -13,6 +13,7 @@ time is over (``stopped``), the stream ends with one error event (or, before its
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from contextvars import ContextVar
 from typing import Any, AsyncIterator, Callable, Iterable, Protocol
@@ -70,6 +71,12 @@ HOLD_WRITES = "duet.hold_writes"
 is given False (set by the edge server, :mod:`duet.api.server`; TCP_CORK, so the kernel sends
 held data after 200 ms at most): the status line and the first events go out as one packet, which
 the client reads at once, instead of two it wakes for one after the other."""
+
+
+WATCH_DISCONNECT = "duet.watch_disconnect"
+"""Scope key of a callable that, given a future, sets its result when the client has gone or the
+response is complete (set by the edge server, :mod:`duet.api.server`): a disconnect watcher that
+costs no task, and no coroutines waiting in ``receive``, for as long as the response lasts."""
 
 
 class QuietAbandonedResponses(logging.Filter):
@@ -158,6 +165,26 @@ async def wait_first(futures: Iterable[asyncio.Future[Any]]) -> None:
             future.remove_done_callback(wake)  # the server's stop signal outlives the stream
 
 
+def watch_disconnect(scope: Scope, receive: Receive, then: Callable[[], object] | None = None) -> asyncio.Future[None]:
+    """A future done when the client has gone (or the response is complete); ``then`` is called
+    first, so whoever wakes for the future finds what it cancels cancelled. Cancel the future to stop
+    watching. The edge server's hook (:data:`WATCH_DISCONNECT`) when there is one; on any other
+    ASGI server, a task reading ``receive`` (:func:`wait_for_disconnect`)."""
+    watch = scope.get(WATCH_DISCONNECT)
+    if watch is None:
+        return asyncio.ensure_future(wait_for_disconnect(receive, then))
+    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    if then is not None:
+        gone.add_done_callback(functools.partial(_unless_cancelled, then))  # the first callback: runs before any waiter wakes
+    watch(gone)
+    return gone
+
+
+def _unless_cancelled(then: Callable[[], object], future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        then()
+
+
 async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:
     """Returns when the client has gone (or the response is complete); calls ``then`` at once,
     in the same step, so what it cancels is cancelled without another turn of the loop."""
@@ -184,7 +211,7 @@ class EventStreamResponse(Response):
         disconnected: asyncio.Future[None] | None = None,
         stopped: asyncio.Future[None] | None = None,
     ) -> None:
-        """``disconnected``: a :func:`wait_for_disconnect` task already watching (started before the
+        """``disconnected``: a :func:`watch_disconnect` future already watching (started before the
         run, so a client gone early never costs a model call); ``stopped``: done when the server
         ends every running request."""
         self.status_code = 200
@@ -202,10 +229,8 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.create_task(self._run(scope, receive, send))
-        watcher = self._disconnected or asyncio.ensure_future(wait_for_disconnect(receive))
-        waits: set[asyncio.Future[None]] = {writer, watcher}
-        if self._stopped is not None:
-            waits.add(self._stopped)
+        watcher = self._disconnected or watch_disconnect(scope, receive)
+        waits = (writer, watcher) if self._stopped is None else (writer, watcher, self._stopped)  # a tuple: no set for the stream's life
         try:
             await wait_first(waits)
             if self.write_timed_out:
@@ -259,6 +284,7 @@ class EventStreamResponse(Response):
                     self._writing = True
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     self._writing = False
+                    chunk = b""  # written: not kept while the next is awaited
                 if hold_writes is not None:
                     hold_writes(False)
                     hold_writes = None

@@ -340,6 +340,14 @@ def test_liveness_says_nothing_else(edge: DuetServer) -> None:
     assert httpx.get(f"{edge.base_url}/health").json() == {"status": "ok"}
 
 
+def test_pipelined_requests_are_answered_in_order(edge: DuetServer) -> None:
+    """Requests sent back to back on one connection, before any answer, are answered in the order sent."""
+    with socket.create_connection(("127.0.0.1", edge.port)) as sock:
+        sock.sendall(b"".join(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode() for path in ("/health", "/health/ready", "/health")))
+        answers = [read_response(sock, 5.0) for _ in range(3)]
+    assert [(status, json.loads(body)["status"]) for status, _, body in answers] == [(200, "ok"), (200, "ready"), (200, "ok")]
+
+
 def test_readiness_details_need_a_key(edge: DuetServer) -> None:
     anonymous = httpx.get(f"{edge.base_url}/health/ready")
     assert anonymous.status_code == 200 and anonymous.json() == {"status": "ready"}

@@ -55,7 +55,7 @@ class AnthropicMessages(WireProtocol[ParsedMessages]):
         wire, given = parsed
         options = answer_options(wire, given.tools, duet.service_tool_names)
         user = wire.metadata.user_id if wire.metadata is not None else None
-        return RunRequest(wire.model, wire.stream, given.conversation, given.tools, options, user=user, wire=wire)
+        return RunRequest(wire.model, wire.stream, given.conversation, given.tools, options, user=user)  # its writers need nothing more of it
 
     def reasoning_output(self, configured: ReasoningOutput) -> ReasoningOutput:
         """Thinking blocks are where Anthropic's clients show reasoning: ``think`` (reasoning inside
