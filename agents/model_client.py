@@ -326,17 +326,6 @@ async def _sse_data(response: aiohttp.ClientResponse, one_chunk_at_a_time: Calla
             raise _EventTooLarge()
 
 
-def _hold_reading(response: aiohttp.ClientResponse) -> Any:
-    """Stops reading ``response``'s connection (aiohttp's flow control, as when its buffer is full)
-    and returns what to call ``resume_reading()`` on; ``None`` when there is nothing to hold."""
-    connection = response.connection
-    protocol = connection.protocol if connection is not None else None
-    if protocol is None or protocol.transport is None:
-        return None
-    protocol.pause_reading()
-    return protocol
-
-
 class _EventTooLarge(Exception):
     """More than :data:`MAX_EVENT_BYTES` arrived without an event separator."""
 
@@ -892,17 +881,11 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                         pending.append(text)
                     if first_token and pending:
                         # The first token goes on alone, and the caller's writer gets a turn to send
-                        # it before the rest of the burst is parsed: the socket is not even read
-                        # meanwhile (the loop would parse what arrived before the writer's turn).
+                        # it before the rest of the burst is parsed.
                         first_token = False
-                        held = _hold_reading(response)
-                        try:
-                            yield pending_kind("".join(pending))
-                            pending.clear()
-                            await asyncio.sleep(0)
-                        finally:
-                            if held is not None:
-                                held.resume_reading()
+                        yield pending_kind("".join(pending))
+                        pending.clear()
+                        await asyncio.sleep(0)
                     elif len(pending) >= JOINED_CHUNKS or (pending and sum(map(len, pending)) >= JOINED_CHARS):
                         yield pending_kind("".join(pending))
                         pending.clear()
