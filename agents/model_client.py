@@ -26,7 +26,7 @@ import random
 import weakref
 from email.utils import parsedate_to_datetime
 from time import time as wall_clock
-from typing import Any, AsyncGenerator, Callable, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, AsyncGenerator, Literal, Mapping, Optional, Sequence, Union
 
 import aiohttp
 import yarl
@@ -91,14 +91,12 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_BODY = 32 * 1024 * 1024
 """Largest plain-JSON answer accepted from an upstream that ignores ``stream: true``."""
 MAX_EVENT_BYTES = 16 * 1024 * 1024
-"""Largest single server-sent event (a stream without event separators is not buffered forever)."""
 JOINED_CHUNKS = 16
 JOINED_CHARS = 4096
 """The most text one piece joins from the chunks of one read (chunks, characters): the agents' event
 channel is bounded in events (:data:`~duet.agents.stream.MAX_BUFFERED_EVENTS`), so the text a piece
 may carry bounds what a client that stops reading leaves buffered."""
-SINGLE_CHUNK_READS = 8
-"""Reads of one HTTP chunk each, at most, at the start of a stream (see ``_sse_data``)."""
+"""Largest single server-sent event (a stream without event separators is not buffered forever)."""
 END_OF_BODY_WAIT = 0.005
 """Seconds a finished stream's last bytes are waited for after ``[DONE]`` (they usually come with it)."""
 
@@ -273,30 +271,11 @@ def _tool_choice_to_openai(tool_choice: Tool | str) -> Any:
     return {"type": "function", "function": {"name": tool_choice.schema["name"]}}
 
 
-async def _sse_data(response: aiohttp.ClientResponse, one_chunk_at_a_time: Callable[[], bool]) -> AsyncGenerator[list[bytes], None]:
-    """The ``data`` of the server-sent events, a list for each read: the complete events that
-    arrived together (several often do; a line-by-line reader would await each line).
-
-    While ``one_chunk_at_a_time()`` is true (until the model's first token is handed on), a read
-    takes one HTTP chunk. A model's first tokens come in a burst, and aiohttp hands over a burst
-    chunk by chunk (each read of a buffered chunk lets the next one in): reading all of it before
-    the first token would put ~0.2 ms of parsing on the path to the client's first token. At most
-    :data:`SINGLE_CHUNK_READS` reads are single: a stream of empty chunks does not pay per chunk."""
-    content = response.content
+async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[list[bytes], None]:
+    """The ``data`` of the server-sent events, a list for each read of the socket: the complete
+    events that arrived together (several often do; a line-by-line reader would await each line)."""
     buffer = b""
-    single_reads = SINGLE_CHUNK_READS
-    while True:
-        if single_reads and one_chunk_at_a_time():
-            single_reads -= 1
-            received, end_of_chunk = await content.readchunk()
-            if not received:
-                if end_of_chunk:  # an empty read at a chunk's end: not the end of the body
-                    continue
-                break
-        else:
-            received = await content.readany()
-            if not received:
-                break
+    async for received in response.content.iter_any():
         buffer = buffer + received if buffer else received
         held = b""
         if b"\r" in buffer:  # CRLF or CR line ends; a CR at the very end may still pair with an LF
@@ -821,7 +800,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         failure: UpstreamError | None = None
         cancelled = False
         try:
-            async for events in _sse_data(response, lambda: first_token):
+            async for events in _sse_data(response):
                 # The text of one read goes on as few pieces, in order (the model's first token alone,
                 # at once; then at most JOINED_CHUNKS chunks or JOINED_CHARS characters a piece): a
                 # burst of tokens costs the caller a few events, not one each.
@@ -891,7 +870,6 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                         pending.clear()
                     tool_deltas = delta.get("tool_calls")
                     if tool_deltas:
-                        first_token = False  # a call is handed on whole, at the end: nothing to hurry
                         for tool_delta in tool_deltas:
                             index = tool_delta.get("index")
                             if index is None:

@@ -230,51 +230,27 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
         open_store("postgres://x")
 
 
-def _sse_events(chunks: list[bytes], one_chunk_at_a_time: bool) -> list[list[bytes]]:
-    """What ``_sse_data`` yields for a chunked body whose ``chunks`` all arrived before the first read,
-    read through aiohttp's own stream reader."""
-    from aiohttp.base_protocol import BaseProtocol
-    from aiohttp.streams import StreamReader
-
+def test_sse_parser_handles_crlf_split_across_reads() -> None:
     from duet.agents.model_client import _sse_data
 
-    async def main() -> list[list[bytes]]:
-        loop = asyncio.get_running_loop()
-        content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
-        for chunk in chunks:
-            content.begin_http_chunk_receiving()
-            content.feed_data(chunk)
-            content.end_http_chunk_receiving()
-        content.feed_eof()
+    class Content:
+        def __init__(self, pieces: list[bytes]) -> None:
+            self._pieces = pieces
 
-        class Response:  # what _sse_data reads of a response: its body
-            pass
+        async def iter_any(self):  # type: ignore[no-untyped-def]
+            for piece in self._pieces:
+                yield piece
 
-        response = Response()
-        response.content = content  # type: ignore[attr-defined]
-        return [events async for events in _sse_data(response, lambda: one_chunk_at_a_time)]  # type: ignore[arg-type]
+    class Response:
+        def __init__(self, pieces: list[bytes]) -> None:
+            self.content = Content(pieces)
 
-    return asyncio.run(main())
+    async def collect(pieces: list[bytes]) -> list[bytes]:
+        return [data async for events in _sse_data(Response(pieces)) for data in events]  # type: ignore[arg-type]
 
-
-def test_sse_parser_handles_crlf_split_across_reads() -> None:
     stream = b"data: one\r\n\r\n: comment\r\n\r\ndata: two\r\n\r\ndata: [DONE]\r\n\r\n"
-    for one_chunk_at_a_time in (True, False):
-        for cut in range(1, len(stream)):  # every possible read boundary, CR|LF splits included
-            events = _sse_events([stream[:cut], stream[cut:]], one_chunk_at_a_time)
-            assert [data for batch in events for data in batch] == [b"one", b"two", b"[DONE]"], cut
-
-
-def test_sse_parser_hands_on_the_first_chunk_before_reading_the_rest_of_a_burst() -> None:
-    from duet.agents.model_client import SINGLE_CHUNK_READS
-
-    burst = [b"data: %d\n\n" % n for n in range(40)]
-    # All at once when the caller wants whole reads: one read, one list.
-    assert _sse_events(burst, one_chunk_at_a_time=False) == [[b"%d" % n for n in range(40)]]
-    # Chunk by chunk while the caller waits for its first token, then the rest in one read.
-    events = _sse_events(burst, one_chunk_at_a_time=True)
-    assert events[:SINGLE_CHUNK_READS] == [[b"%d" % n] for n in range(SINGLE_CHUNK_READS)]
-    assert events[SINGLE_CHUNK_READS:] == [[b"%d" % n for n in range(SINGLE_CHUNK_READS, 40)]]
+    for cut in range(1, len(stream)):  # every possible read boundary, CR|LF splits included
+        assert asyncio.run(collect([stream[:cut], stream[cut:]])) == [b"one", b"two", b"[DONE]"], cut
 
 
 def test_function_tool_arguments_keep_their_types() -> None:
