@@ -91,12 +91,12 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_BODY = 32 * 1024 * 1024
 """Largest plain-JSON answer accepted from an upstream that ignores ``stream: true``."""
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""Largest single server-sent event (a stream without event separators is not buffered forever)."""
 JOINED_CHUNKS = 16
 JOINED_CHARS = 4096
 """The most text one piece joins from the chunks of one read (chunks, characters): the agents' event
 channel is bounded in events (:data:`~duet.agents.stream.MAX_BUFFERED_EVENTS`), so the text a piece
 may carry bounds what a client that stops reading leaves buffered."""
-"""Largest single server-sent event (a stream without event separators is not buffered forever)."""
 END_OF_BODY_WAIT = 0.005
 """Seconds a finished stream's last bytes are waited for after ``[DONE]`` (they usually come with it)."""
 
