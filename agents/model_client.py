@@ -64,7 +64,7 @@ from .errors import (
 )
 from . import wire_json
 from .observe import upstream_headers
-from .small_deque import SmallDeque, lighten_deque
+from .small_deque import lighten_deque
 from .text_parts import TextParts
 from .thinking import ReasoningText
 
@@ -340,14 +340,10 @@ def _media_type(response: aiohttp.ClientResponse) -> str:
 
 
 def _lighten(response: aiohttp.ClientResponse) -> None:
-    """aiohttp keeps a response's unread body chunks, its chunked body's offsets and its connection's
-    parsed responses in deques, which hold an item or two for as long as the stream lasts (~750 bytes
-    each): small ones instead. The offsets' queue is made here if the first chunk has not begun."""
-    reader = response.content
-    lighten_deque(reader, "_buffer")
-    lighten_deque(reader, "_http_chunk_splits")  # made already if the first chunk came with the head
-    if getattr(reader, "_http_chunk_splits", 0) is None and not reader.total_bytes:
-        reader._http_chunk_splits = SmallDeque()  # type: ignore[assignment]
+    """aiohttp keeps a connection's parsed responses in a deque, which holds one for as long as the
+    stream lasts (~750 bytes): a small one instead. The response's body chunks and their offsets stay
+    in deques: a client that stops reading lets thousands of chunks pile up there (up to aiohttp's read
+    limit), and a list would take them out one ``pop(0)`` at a time, quadratically."""
     if response.connection is not None:
         lighten_deque(response.connection.protocol, "_buffer", only_empty=True)
 
