@@ -26,7 +26,7 @@ import random
 import weakref
 from email.utils import parsedate_to_datetime
 from time import time as wall_clock
-from typing import Any, AsyncGenerator, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, AsyncGenerator, Callable, Literal, Mapping, Optional, Sequence, Union
 
 import aiohttp
 import yarl
@@ -97,6 +97,8 @@ JOINED_CHARS = 4096
 """The most text one piece joins from the chunks of one read (chunks, characters): the agents' event
 channel is bounded in events (:data:`~duet.agents.stream.MAX_BUFFERED_EVENTS`), so the text a piece
 may carry bounds what a client that stops reading leaves buffered."""
+SINGLE_CHUNK_READS = 8
+"""Reads of one HTTP chunk each, at most, at the start of a stream (see ``_sse_data``)."""
 END_OF_BODY_WAIT = 0.005
 """Seconds a finished stream's last bytes are waited for after ``[DONE]`` (they usually come with it)."""
 
@@ -271,11 +273,35 @@ def _tool_choice_to_openai(tool_choice: Tool | str) -> Any:
     return {"type": "function", "function": {"name": tool_choice.schema["name"]}}
 
 
-async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[list[bytes], None]:
-    """The ``data`` of the server-sent events, a list for each read of the socket: the complete
-    events that arrived together (several often do; a line-by-line reader would await each line)."""
+async def _sse_data(response: aiohttp.ClientResponse, first_token_awaited: Callable[[], bool]) -> AsyncGenerator[list[bytes], None]:
+    """The ``data`` of the server-sent events, a list for each read: the complete events that
+    arrived together (several often do; a line-by-line reader would await each line).
+
+    While ``first_token_awaited()`` is true, a read takes one HTTP chunk (at most
+    :data:`SINGLE_CHUNK_READS` such reads). A model's first tokens come in a burst, and aiohttp
+    hands over a buffered burst chunk by chunk at some cost each: the first token goes on before the
+    rest of the burst is read. A connection that breaks does not lose what had arrived before it
+    broke: those events come first, then the error."""
+    content = response.content
     buffer = b""
-    async for received in response.content.iter_any():
+    single_reads = SINGLE_CHUNK_READS
+    broken: aiohttp.ClientError | None = None
+    while broken is None:
+        try:
+            if single_reads and first_token_awaited():
+                single_reads -= 1
+                received, end_of_chunk = await content.readchunk()
+                if not received and end_of_chunk:  # an empty read at a chunk's end: not the end of the body
+                    continue
+            else:
+                received = await content.readany()
+        except aiohttp.ClientError as exc:
+            received = _received_before_failure(content)
+            if not received:
+                raise
+            broken = exc
+        if not received:
+            break
         buffer = buffer + received if buffer else received
         held = b""
         if b"\r" in buffer:  # CRLF or CR line ends; a CR at the very end may still pair with an LF
@@ -303,6 +329,33 @@ async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[list[byt
         events = lines = None  # type: ignore[assignment]
         if len(buffer) > MAX_EVENT_BYTES:
             raise _EventTooLarge()
+    if broken is not None:
+        raise broken
+
+
+def _received_before_failure(content: aiohttp.StreamReader) -> bytes:
+    """What aiohttp had received, unread, when the connection failed: its reads raise the failure
+    before they hand that over. Relies on aiohttp 3.14's ``StreamReader`` (pinned): the failure is
+    its ``_exception``, and a read hands over the buffer only while none is set."""
+    failure = content.exception()
+    if failure is None or not content._buffer:
+        return b""
+    content._exception = None
+    try:
+        return content.read_nowait()
+    finally:
+        content._exception = failure
+
+
+def _hold_reading(response: aiohttp.ClientResponse) -> Any:
+    """Stops reading ``response``'s connection (aiohttp's flow control, as when its buffer is full)
+    and returns what to call ``resume_reading()`` on; ``None`` when there is nothing to hold."""
+    connection = response.connection
+    protocol = connection.protocol if connection is not None else None
+    if protocol is None or protocol.transport is None:
+        return None
+    protocol.pause_reading()
+    return protocol
 
 
 class _EventTooLarge(Exception):
@@ -796,7 +849,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         failure: UpstreamError | None = None
         cancelled = False
         try:
-            async for events in _sse_data(response):
+            async for events in _sse_data(response, lambda: first_token):
                 # The text of one read goes on as few pieces, in order (the model's first token alone,
                 # at once; then at most JOINED_CHUNKS chunks or JOINED_CHARS characters a piece): a
                 # burst of tokens costs the caller a few events, not one each.
@@ -856,16 +909,23 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                         pending.append(text)
                     if first_token and pending:
                         # The first token goes on alone, and the caller's writer gets a turn to send
-                        # it before the rest of the burst is parsed.
+                        # it before the rest of the burst is parsed: the socket is not even read
+                        # meanwhile (the loop would parse what arrived before the writer's turn).
                         first_token = False
-                        yield pending_kind("".join(pending))
-                        pending.clear()
-                        await asyncio.sleep(0)
+                        held = _hold_reading(response)
+                        try:
+                            yield pending_kind("".join(pending))
+                            pending.clear()
+                            await asyncio.sleep(0)
+                        finally:
+                            if held is not None:
+                                held.resume_reading()
                     elif len(pending) >= JOINED_CHUNKS or (pending and sum(map(len, pending)) >= JOINED_CHARS):
                         yield pending_kind("".join(pending))
                         pending.clear()
                     tool_deltas = delta.get("tool_calls")
                     if tool_deltas:
+                        first_token = False  # a call is handed on whole, at its end: nothing to hurry
                         for tool_delta in tool_deltas:
                             index = tool_delta.get("index")
                             if index is None:

@@ -179,6 +179,29 @@ def test_model_client_reassembles_what_servers_send() -> None:
         asyncio.run(main(upstream))
 
 
+def test_model_client_reads_no_further_while_its_first_token_is_handed_on() -> None:
+    """The first token goes on before the rest of its burst is read: the connection is not read
+    while the caller has its turn, and is read again after (the whole answer arrives, and the pooled
+    connection serves the next call)."""
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        for _ in range(2):  # the second call reuses the pooled connection
+            upstream.script("m", Reply(reasoning=[f"r{i} " for i in range(40)], content=["done"], delay_between=0.002))
+            stream = client.create_stream([UserMessage(content="x", source="user")])
+            first = await stream.__anext__()
+            (connection,) = client._get_session().connector._acquired  # type: ignore[union-attr]
+            assert first == "r0 " and connection._reading_paused  # held while the caller has the token
+            await asyncio.sleep(0.2)  # the rest of the answer has arrived at the socket meanwhile
+            rest = [item async for item in stream]
+            assert not connection._reading_paused
+            assert "".join(rest[:-1]) == "".join(f"r{i} " for i in range(1, 40)) + "done"
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        asyncio.run(main(upstream))
+
+
 def test_model_client_types_reasoning_in_a_plain_json_completion() -> None:
     """An upstream that ignores ``stream: true`` answers with one JSON body: the same typed pieces."""
 
@@ -230,27 +253,90 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
         open_store("postgres://x")
 
 
-def test_sse_parser_handles_crlf_split_across_reads() -> None:
+def _sse_events(chunks: list[bytes], one_chunk_at_a_time: bool) -> list[list[bytes]]:
+    """What ``_sse_data`` yields for a chunked body whose ``chunks`` all arrived before the first read,
+    read through aiohttp's own stream reader."""
+    from aiohttp.base_protocol import BaseProtocol
+    from aiohttp.streams import StreamReader
+
     from duet.agents.model_client import _sse_data
 
-    class Content:
-        def __init__(self, pieces: list[bytes]) -> None:
-            self._pieces = pieces
+    async def main() -> list[list[bytes]]:
+        loop = asyncio.get_running_loop()
+        content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
+        for chunk in chunks:
+            content.begin_http_chunk_receiving()
+            content.feed_data(chunk)
+            content.end_http_chunk_receiving()
+        content.feed_eof()
 
-        async def iter_any(self):  # type: ignore[no-untyped-def]
-            for piece in self._pieces:
-                yield piece
+        class Response:  # what _sse_data reads of a response: its body
+            pass
 
-    class Response:
-        def __init__(self, pieces: list[bytes]) -> None:
-            self.content = Content(pieces)
+        response = Response()
+        response.content = content  # type: ignore[attr-defined]
+        return [events async for events in _sse_data(response, lambda: one_chunk_at_a_time)]  # type: ignore[arg-type]
 
-    async def collect(pieces: list[bytes]) -> list[bytes]:
-        return [data async for events in _sse_data(Response(pieces)) for data in events]  # type: ignore[arg-type]
+    return asyncio.run(main())
 
+
+def test_sse_parser_handles_crlf_split_across_reads() -> None:
     stream = b"data: one\r\n\r\n: comment\r\n\r\ndata: two\r\n\r\ndata: [DONE]\r\n\r\n"
-    for cut in range(1, len(stream)):  # every possible read boundary, CR|LF splits included
-        assert asyncio.run(collect([stream[:cut], stream[cut:]])) == [b"one", b"two", b"[DONE]"], cut
+    for one_chunk_at_a_time in (True, False):
+        for cut in range(1, len(stream)):  # every possible read boundary, CR|LF splits included
+            events = _sse_events([stream[:cut], stream[cut:]], one_chunk_at_a_time)
+            assert [data for batch in events for data in batch] == [b"one", b"two", b"[DONE]"], cut
+
+
+def test_sse_parser_hands_on_the_first_chunk_before_reading_the_rest_of_a_burst() -> None:
+    from duet.agents.model_client import SINGLE_CHUNK_READS
+
+    burst = [b"data: %d\n\n" % n for n in range(40)]
+    # All at once when the caller wants whole reads: one read, one list.
+    assert _sse_events(burst, one_chunk_at_a_time=False) == [[b"%d" % n for n in range(40)]]
+    # Chunk by chunk while the caller waits for its first token, then the rest in one read.
+    events = _sse_events(burst, one_chunk_at_a_time=True)
+    assert events[:SINGLE_CHUNK_READS] == [[b"%d" % n] for n in range(SINGLE_CHUNK_READS)]
+    assert events[SINGLE_CHUNK_READS:] == [[b"%d" % n for n in range(SINGLE_CHUNK_READS, 40)]]
+
+
+def test_sse_parser_hands_on_what_arrived_before_the_connection_broke() -> None:
+    """aiohttp raises a broken connection's error before it hands over what it had received: the
+    events that arrived come first, then the error (whether reads take one chunk or all)."""
+    import aiohttp
+    from aiohttp.base_protocol import BaseProtocol
+    from aiohttp.streams import StreamReader
+
+    from duet.agents.model_client import _sse_data
+
+    async def read(one_chunk_at_a_time: bool, chunks: list[bytes]) -> tuple[list[bytes], BaseException | None]:
+        loop = asyncio.get_running_loop()
+        content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
+        for chunk in chunks:
+            content.begin_http_chunk_receiving()
+            content.feed_data(chunk)
+            content.end_http_chunk_receiving()
+        content.set_exception(aiohttp.ClientPayloadError("Response payload is not completed"))
+
+        class Response:
+            pass
+
+        response = Response()
+        response.content = content  # type: ignore[attr-defined]
+        received: list[bytes] = []
+        try:
+            async for events in _sse_data(response, lambda: one_chunk_at_a_time):  # type: ignore[arg-type]
+                received += events
+        except aiohttp.ClientPayloadError as exc:
+            return received, exc
+        return received, None
+
+    burst = [b"data: %d\n\n" % n for n in range(20)] + [b"data: cut sho"]
+    for one_chunk_at_a_time in (True, False):
+        received, error = asyncio.run(read(one_chunk_at_a_time, burst))
+        assert received == [b"%d" % n for n in range(20)] and isinstance(error, aiohttp.ClientPayloadError)
+    received, error = asyncio.run(read(True, []))  # nothing had arrived: the error at once
+    assert received == [] and isinstance(error, aiohttp.ClientPayloadError)
 
 
 def test_function_tool_arguments_keep_their_types() -> None:
