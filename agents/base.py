@@ -161,7 +161,7 @@ class DuetAgent(BaseChatAgent):
                     await run.room()
                 item = None  # handed on: not kept while the next one is awaited
                 if first_event is not None:
-                    first_event.set_result(None)
+                    _settle(first_event)
                     first_event = None
         except Exception as exc:
             if isinstance(exc, UpstreamError):
@@ -191,6 +191,7 @@ class DuetAgent(BaseChatAgent):
         loop = asyncio.get_running_loop()
         first_event = loop.create_future()
         turn = loop.create_task(self._emit_turn(messages, run, cancellation_token, first_event))
+        turn.add_done_callback(lambda _: _settle(first_event))  # a turn that ends before any event is under way too
         run.head_start(self.name, messages, _TurnAhead(turn, first_event))
         await asyncio.sleep(0)  # the turn begins (its request goes out) before the team's first step
 
@@ -250,7 +251,7 @@ class _TurnAhead:
     async def under_way(self) -> None:
         """Returns once the turn has handed on its first event, or has ended."""
         if not self._first_event.done():
-            await asyncio.wait((self._task, self._first_event), return_when=asyncio.FIRST_COMPLETED)
+            await self._first_event
 
     async def response(self) -> Response:
         """The turn's reply, once it is done (cancelling the caller cancels the turn)."""
@@ -262,3 +263,9 @@ class _TurnAhead:
         await asyncio.wait({self._task})  # a cancellation of the caller itself is not swallowed
         if not self._task.cancelled():
             self._task.exception()  # read: nobody else will
+
+
+def _settle(first_event: asyncio.Future[None]) -> None:
+    """Marks a turn's first event as handed on (once; a waiter that was cancelled cancelled it)."""
+    if not first_event.done():
+        first_event.set_result(None)

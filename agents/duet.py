@@ -34,7 +34,7 @@ from .continuations import (
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results
 from .events import DuetEvent, Failed, Finished, FinishReason
 from .messages import AnswerReply, ClientHandoff, GroundingReply, ReasoningReply, read_reply, task_messages
-from .observe import RunObserver
+from .observe import RunObserver, request_sent_hook
 from .pool import TeamPool, TeamSlot
 from .result import DuetResult
 from .run_context import AnswerOptions, DuetRun, bind_run
@@ -213,7 +213,12 @@ class Duet:
         )
         token = cancellation_token or RunToken()
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
-        return DuetStream(channel, asyncio.create_task(self._drive(conversation, run, token)), token)
+        hook = request_sent_hook.set(channel.mark_under_way)  # for the run's tasks: they copy the context
+        try:
+            driver = asyncio.create_task(self._drive(conversation, run, token))
+        finally:
+            request_sent_hook.reset(hook)
+        return DuetStream(channel, driver, token)
 
     async def stream(
         self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any

@@ -63,7 +63,7 @@ from .errors import (
     upstream_error_text,
 )
 from . import wire_json
-from .observe import upstream_headers
+from .observe import request_sent_hook, upstream_headers
 from .small_deque import lighten_deque
 from .text_parts import TextParts
 from .thinking import ReasoningText
@@ -345,6 +345,18 @@ def _received_before_failure(content: aiohttp.StreamReader) -> bytes:
         return content.read_nowait()
     finally:
         content._exception = failure
+
+
+class _SentBody(aiohttp.BytesPayload):
+    """A request's body that tells ``sent`` once it has been written to the connection."""
+
+    def __init__(self, body: bytes, sent: Callable[[], None]) -> None:
+        super().__init__(body)
+        self._sent = sent
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        await super().write_with_length(writer, content_length)
+        self._sent()
 
 
 def _hold_reading(response: aiohttp.ClientResponse) -> Any:
@@ -721,7 +733,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             headers = {**headers, **tracing}
         # In a context of its own: a new connection keeps the context it was opened in for as long as
         # it stays in the pool, and the request's context holds the whole request (its run, its team).
-        request = asyncio.get_running_loop().create_task(session.post(url, data=body, headers=headers),
+        sent = request_sent_hook.get()
+        data: bytes | _SentBody = body if sent is None else _SentBody(body, sent)
+        request = asyncio.get_running_loop().create_task(session.post(url, data=data, headers=headers),
                                                          context=contextvars.Context())
         if cancellation_token is not None:
             cancellation_token.link_future(request)

@@ -15,7 +15,7 @@ True
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Iterable, Literal, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Iterable, Literal, Mapping, Protocol, TypeVar
 
 from autogen_core.models import CreateResult
 
@@ -78,6 +78,11 @@ _upstream_headers: ContextVar[Mapping[str, str] | None] = ContextVar("duet_upstr
 def upstream_headers() -> Mapping[str, str] | None:
     """The tracing headers of the model call being sent, for a model client to add to its request."""
     return _upstream_headers.get()
+
+
+request_sent_hook: ContextVar[Callable[[], None] | None] = ContextVar("duet_request_sent_hook", default=None)
+"""What a model client calls once a request of the run it serves has been written to its
+connection (set for a run's tasks by :meth:`~duet.agents.Duet.start`)."""
 
 
 def observe_model_call(observer: RunObserver | None, stage: Stage, model: str, stream: Any) -> Any:

@@ -27,7 +27,7 @@ class EventChannel:
     server then stops writing: nothing piles up in between. While there is room, an event costs
     one append and no task or future."""
 
-    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed")
+    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed", "_under_way", "_under_way_waiter")
 
     def __init__(self, capacity: int = MAX_BUFFERED_EVENTS) -> None:
         self._events: list[DuetEvent] = []
@@ -35,9 +35,13 @@ class EventChannel:
         self._room: asyncio.Future[None] | None = None
         self._capacity = capacity
         self._closed = False
+        self._under_way = False
+        self._under_way_waiter: asyncio.Future[None] | None = None
 
     def emit(self, event: DuetEvent) -> bool:
         """Queues ``event``; False when the caller is ``capacity`` events behind (await :meth:`room`)."""
+        if not self._under_way:
+            self.mark_under_way()
         events = self._events
         events.append(event)
         if self._waiter is not None and not self._waiter.done():
@@ -56,6 +60,26 @@ class EventChannel:
         self._closed = True
         if self._room is not None and not self._room.done():
             self._room.set_result(None)
+
+    def mark_under_way(self) -> None:
+        """The run is under way: a model request of it has been sent, it emitted an event, or it ended."""
+        self._under_way = True
+        waiter = self._under_way_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_under_way(self, timeout: float) -> None:
+        """Returns once the run is under way (:meth:`mark_under_way`), or after ``timeout`` seconds."""
+        if self._under_way:
+            return
+        loop = asyncio.get_running_loop()
+        self._under_way_waiter = waiter = loop.create_future()
+        timer = loop.call_later(timeout, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._under_way_waiter = None
 
     async def drain(self, timeout: float | None = None) -> list[DuetEvent]:
         """Everything emitted since the last call; waits for at least one event, or ``timeout``
@@ -90,6 +114,13 @@ class DuetStream:
         self._token = token
         self._ended = False
         self._pending: list[DuetEvent] = []
+        driver.add_done_callback(lambda _: channel.mark_under_way())  # an ended run is under way too
+
+    async def under_way(self, timeout: float) -> None:
+        """Returns once the run's first model request has been written to its connection, or the run
+        has emitted an event or ended; at the latest after ``timeout`` seconds. What a caller
+        prepares after it is done while the model works, not before its request goes out."""
+        await self._channel.wait_under_way(timeout)
 
     @property
     def ended(self) -> bool:

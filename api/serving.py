@@ -164,6 +164,11 @@ def param_of(error: Any, body: Any) -> str | None:
     return ".".join(parts)[:200] or None
 
 
+RUN_UNDER_WAY_WAIT = 0.05
+"""Seconds at most that making a response waits for its run's first model request to go out (a run
+whose first step is not a model call, or a slow connection, gets its response made after this)."""
+
+
 class Service:
     """Serves the pipelines by name, in every protocol. Knows HTTP; knows nothing of model clients."""
 
@@ -232,9 +237,9 @@ class Service:
             except BaseException:
                 disconnected.cancel()
                 raise
-            # One turn: the watcher looks, then the run takes its first step (its first model call goes
-            # out) while the response is still being made.
-            await asyncio.sleep(0)
+            # The watcher looks, and the run takes its first steps until its first model request is
+            # written: the response is made after, while the model works, not on the request's way out.
+            await run.under_way(RUN_UNDER_WAY_WAIT)
             if disconnected.done():
                 await run.close()
                 return Response(status_code=499)

@@ -11,6 +11,7 @@ from autogen_agentchat.messages import TextMessage
 from autogen_core import CancellationToken
 
 from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
+from duet.agents.stream import EventChannel
 from tests.conftest import ANSWER, REASONER, ROOT
 from tests.scripted_upstream import Reply, ScriptedUpstream
 from duet.workbenches import McpServerSettings, ToolsSettings
@@ -46,6 +47,37 @@ def test_cancelling_the_token_ends_the_stream(upstream: ScriptedUpstream) -> Non
     kinds = asyncio.run(asyncio.wait_for(main(), 10))
     assert kinds[0] == "reasoning" and kinds[-1] == "error" and time.monotonic() - started < 3
     assert upstream.requests_for(REASONER)[0].ended.wait(5) and upstream.requests_for(REASONER)[0].aborted
+
+
+def test_a_run_is_under_way_once_its_first_model_request_is_written(upstream: ScriptedUpstream) -> None:
+    """``DuetStream.under_way`` returns when the reasoner's request has gone out, long before its
+    answer; a run that fails before any model call is under way when it ends; the wait is bounded."""
+    upstream.script(REASONER, Reply(reasoning=["late"], delay=1.0))
+
+    async def main() -> None:
+        async with Duet.from_settings(settings(upstream)) as duet:
+            stream = duet.start(USER)
+            started = time.monotonic()
+            await stream.under_way(timeout=5)
+            assert time.monotonic() - started < 0.5  # the request is out; its answer starts in a second
+            for _ in range(200):  # it was sent: the upstream's thread records it
+                if upstream.requests_for(REASONER):
+                    break
+                await asyncio.sleep(0.01)
+            assert len(upstream.requests_for(REASONER)) == 1
+            assert await stream.next_batch(timeout=0) == []  # no event yet
+            assert [event.kind async for event in stream][-1] == "done"
+            token = CancellationToken()
+            token.cancel()
+            failed = duet.start(USER, cancellation_token=token)  # ends before any model call
+            await failed.under_way(timeout=5)
+            assert [event.kind async for event in failed] == ["error"]
+        quiet = EventChannel()  # a run that does nothing yet: the wait ends at its timeout
+        started = time.monotonic()
+        await quiet.wait_under_way(0.05)
+        assert 0.04 < time.monotonic() - started < 0.5
+
+    asyncio.run(asyncio.wait_for(main(), 20))
 
 
 def test_new_team_runs_with_agentchat(upstream: ScriptedUpstream) -> None:
