@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import resource
@@ -32,8 +33,6 @@ from .sse import ABORT_CONNECTION, HOLD_WRITES, WATCH_DISCONNECT
 
 logger = logging.getLogger("duet")
 
-_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)  # Linux; elsewhere writes are not held
-
 ABORT_GRACE_SECONDS = 2.0  # after the drain time: for the error events to go out before connections close
 LIFESPAN_SHUTDOWN_SECONDS = 10.0  # closing model clients, MCP servers and the store
 
@@ -44,6 +43,45 @@ def _head_too_large(max_bytes: int) -> bytes:
     body = json.dumps(ErrorBody(error=detail).model_dump()).encode()
     return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+
+
+class _HeldWrites:
+    """A response's transport while its writes are held (:func:`hold_writes`): what uvicorn writes is
+    kept, and goes out as one write when released (or before the connection is closed)."""
+
+    __slots__ = ("transport", "held")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.held.append(data)
+
+    def release(self) -> asyncio.Transport:
+        held, self.held = self.held, []
+        if held and not self.transport.is_closing():  # a client that hung up gets nothing
+            self.transport.write(b"".join(held))
+        return self.transport
+
+    def close(self) -> None:
+        self.release().close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, ...: the transport's own
+        return getattr(self.transport, name)
+
+
+def hold_writes(cycle: Any, hold: bool) -> None:
+    """Holds back (True) or sends (False) what a response writes (:data:`~duet.api.sse.HOLD_WRITES`;
+    ``cycle`` is uvicorn's request-response cycle, which writes to its ``transport``). Held in this
+    process, not in the kernel: the status line and the first chunk leave in one write, with no system
+    call to hold or release them."""
+    transport = cycle.transport
+    if hold:
+        if not isinstance(transport, _HeldWrites):
+            cycle.transport = _HeldWrites(transport)
+    elif isinstance(transport, _HeldWrites):
+        cycle.transport = transport.release()
 
 
 class _EdgeState:
@@ -138,22 +176,11 @@ class EdgeProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         self.scope[ABORT_CONNECTION] = self.transport.abort  # type: ignore[typeddict-unknown-key]
         self.scope[WATCH_DISCONNECT] = self._watch_disconnect  # type: ignore[typeddict-unknown-key]
-        if _TCP_CORK is not None:
-            self.scope[HOLD_WRITES] = self._hold_writes  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
         if self.cycle is not None:
             lighten_deque(self.cycle.message_event, "_waiters", only_empty=True)
-
-    def _hold_writes(self, hold: bool) -> None:
-        """Holds back (True) or sends (False) what is written to the connection (:data:`HOLD_WRITES`)."""
-        transport = self.transport
-        if transport.is_closing():  # the client hung up: nothing to hold or send
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            # The connection may be gone all the same: uvloop's socket then has no file (ValueError).
-            with contextlib.suppress(OSError, ValueError):
-                sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, int(hold))
+            # The request's own cycle: a pipelined request behind it gets a cycle (and a scope) of its own.
+            self.scope[HOLD_WRITES] = functools.partial(hold_writes, self.cycle)  # type: ignore[typeddict-unknown-key]
 
     def _watch_disconnect(self, gone: asyncio.Future[None]) -> None:
         """Sets ``gone``'s result when the connection is lost or the response is complete

@@ -67,10 +67,10 @@ the edge server, :mod:`duet.api.server`): closing it would wait for a client tha
 
 
 HOLD_WRITES = "duet.hold_writes"
-"""Scope key of a callable that, given True, makes the connection hold back what is written until it
-is given False (set by the edge server, :mod:`duet.api.server`; TCP_CORK, so the kernel sends
-held data after 200 ms at most): the status line and the first events go out as one packet, which
-the client reads at once, instead of two it wakes for one after the other."""
+"""Scope key of a callable that, given True, makes the response hold back what it writes until it
+is given False (set by the edge server, :mod:`duet.api.server`): the status line and the first
+events go out as one write and one packet, which the client reads at once, instead of two it wakes
+for one after the other. Hold only across writes that follow one another at once."""
 
 
 WATCH_DISCONNECT = "duet.watch_disconnect"
@@ -272,8 +272,13 @@ class EventStreamResponse(Response):
         loop = asyncio.get_running_loop()
         hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES)
         if hold_writes is not None:
-            hold_writes(True)  # the status line waits for the first chunk: one packet
-        await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+            hold_writes(True)  # the status line waits for the first chunk: one write
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+        except BaseException:
+            if hold_writes is not None:
+                hold_writes(False)
+            raise
         self._last_write = loop.time()
         heartbeat = _Heartbeat(self, send, asyncio.current_task(), self._source.keep_alive)  # type: ignore[arg-type]
         try:
