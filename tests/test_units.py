@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import pytest
 from autogen_core import FunctionCall
@@ -253,29 +254,34 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
         open_store("postgres://x")
 
 
-def _sse_events(chunks: list[bytes], one_chunk_at_a_time: bool) -> list[list[bytes]]:
-    """What ``_sse_data`` yields for a chunked body whose ``chunks`` all arrived before the first read,
-    read through aiohttp's own stream reader."""
+def _chunked_response(chunks: list[bytes], failure: BaseException | None = None) -> Any:
+    """What ``_sse_data`` reads of a response (its body, through aiohttp's own stream reader), whose
+    chunked body's ``chunks`` all arrived before the first read, then its end, or ``failure`` (the
+    connection broke). Made inside the running loop."""
+    import types
+
     from aiohttp.base_protocol import BaseProtocol
     from aiohttp.streams import StreamReader
 
+    loop = asyncio.get_running_loop()
+    content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
+    for chunk in chunks:
+        content.begin_http_chunk_receiving()
+        content.feed_data(chunk)
+        content.end_http_chunk_receiving()
+    if failure is None:
+        content.feed_eof()
+    else:
+        content.set_exception(failure)
+    return types.SimpleNamespace(content=content)
+
+
+def _sse_events(chunks: list[bytes], one_chunk_at_a_time: bool) -> list[list[bytes]]:
+    """What ``_sse_data`` yields for a chunked body whose ``chunks`` all arrived before the first read."""
     from duet.agents.model_client import _sse_data
 
     async def main() -> list[list[bytes]]:
-        loop = asyncio.get_running_loop()
-        content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
-        for chunk in chunks:
-            content.begin_http_chunk_receiving()
-            content.feed_data(chunk)
-            content.end_http_chunk_receiving()
-        content.feed_eof()
-
-        class Response:  # what _sse_data reads of a response: its body
-            pass
-
-        response = Response()
-        response.content = content  # type: ignore[attr-defined]
-        return [events async for events in _sse_data(response, lambda: one_chunk_at_a_time)]  # type: ignore[arg-type]
+        return [events async for events in _sse_data(_chunked_response(chunks), lambda: one_chunk_at_a_time)]
 
     return asyncio.run(main())
 
@@ -304,28 +310,14 @@ def test_sse_parser_hands_on_what_arrived_before_the_connection_broke() -> None:
     """aiohttp raises a broken connection's error before it hands over what it had received: the
     events that arrived come first, then the error (whether reads take one chunk or all)."""
     import aiohttp
-    from aiohttp.base_protocol import BaseProtocol
-    from aiohttp.streams import StreamReader
 
     from duet.agents.model_client import _sse_data
 
     async def read(one_chunk_at_a_time: bool, chunks: list[bytes]) -> tuple[list[bytes], BaseException | None]:
-        loop = asyncio.get_running_loop()
-        content = StreamReader(BaseProtocol(loop), 2**16, loop=loop)
-        for chunk in chunks:
-            content.begin_http_chunk_receiving()
-            content.feed_data(chunk)
-            content.end_http_chunk_receiving()
-        content.set_exception(aiohttp.ClientPayloadError("Response payload is not completed"))
-
-        class Response:
-            pass
-
-        response = Response()
-        response.content = content  # type: ignore[attr-defined]
+        response = _chunked_response(chunks, aiohttp.ClientPayloadError("Response payload is not completed"))
         received: list[bytes] = []
         try:
-            async for events in _sse_data(response, lambda: one_chunk_at_a_time):  # type: ignore[arg-type]
+            async for events in _sse_data(response, lambda: one_chunk_at_a_time):
                 received += events
         except aiohttp.ClientPayloadError as exc:
             return received, exc
