@@ -360,14 +360,25 @@ class _SentBody(aiohttp.BytesPayload):
 
 
 def _hold_reading(response: aiohttp.ClientResponse) -> Any:
-    """Stops reading ``response``'s connection (aiohttp's flow control, as when its buffer is full)
-    and returns what to call ``resume_reading()`` on; ``None`` when there is nothing to hold."""
+    """Stops reading ``response``'s connection until :func:`_release_reading`; returns what to give
+    it, or ``None`` when there is nothing to hold (no connection, or aiohttp's own flow control holds
+    it already). The transport is paused, not aiohttp's protocol: the protocol's pause would also stop
+    its parser after the next HTTP chunk once reading resumes."""
     connection = response.connection
     protocol = connection.protocol if connection is not None else None
-    if protocol is None or protocol.transport is None:
+    transport = protocol.transport if protocol is not None else None
+    if transport is None or protocol._reading_paused or not transport.is_reading():
         return None
-    protocol.pause_reading()
+    transport.pause_reading()
     return protocol
+
+
+def _release_reading(protocol: Any) -> None:
+    """Reads the connection :func:`_hold_reading` held again (unless aiohttp's flow control now holds it,
+    or the connection is gone)."""
+    transport = protocol.transport
+    if transport is not None and not transport.is_closing() and not protocol._reading_paused:
+        transport.resume_reading()
 
 
 class _EventTooLarge(Exception):
@@ -923,8 +934,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                         pending.append(text)
                     if first_token and pending:
                         # The first token goes on alone, and the caller's writer gets a turn to send
-                        # it before the rest of the burst is parsed: the socket is not even read
-                        # meanwhile (the loop would parse what arrived before the writer's turn).
+                        # it before the rest of the burst is parsed: the socket is not even read until
+                        # the caller asks for more and that turn has passed (the loop would otherwise
+                        # receive and parse what arrived before the writer's turn).
                         first_token = False
                         held = _hold_reading(response)
                         try:
@@ -933,7 +945,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                             await asyncio.sleep(0)
                         finally:
                             if held is not None:
-                                held.resume_reading()
+                                _release_reading(held)
                     elif len(pending) >= JOINED_CHUNKS or (pending and sum(map(len, pending)) >= JOINED_CHARS):
                         yield pending_kind("".join(pending))
                         pending.clear()

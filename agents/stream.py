@@ -27,7 +27,7 @@ class EventChannel:
     server then stops writing: nothing piles up in between. While there is room, an event costs
     one append and no task or future."""
 
-    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed", "_under_way", "_under_way_waiter")
+    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed", "_under_way", "_under_way_waiters")
 
     def __init__(self, capacity: int = MAX_BUFFERED_EVENTS) -> None:
         self._events: list[DuetEvent] = []
@@ -36,7 +36,7 @@ class EventChannel:
         self._capacity = capacity
         self._closed = False
         self._under_way = False
-        self._under_way_waiter: asyncio.Future[None] | None = None
+        self._under_way_waiters: list[asyncio.Future[None]] | None = None
 
     def emit(self, event: DuetEvent) -> bool:
         """Queues ``event``; False when the caller is ``capacity`` events behind (await :meth:`room`)."""
@@ -64,22 +64,29 @@ class EventChannel:
     def mark_under_way(self) -> None:
         """The run is under way: a model request of it has been sent, it emitted an event, or it ended."""
         self._under_way = True
-        waiter = self._under_way_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        waiters, self._under_way_waiters = self._under_way_waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def wait_under_way(self, timeout: float) -> None:
         """Returns once the run is under way (:meth:`mark_under_way`), or after ``timeout`` seconds."""
         if self._under_way:
             return
         loop = asyncio.get_running_loop()
-        self._under_way_waiter = waiter = loop.create_future()
+        waiter = loop.create_future()
+        if self._under_way_waiters is None:
+            self._under_way_waiters = [waiter]
+        else:
+            self._under_way_waiters.append(waiter)
         timer = loop.call_later(timeout, _wake, waiter)
         try:
             await waiter
         finally:
             timer.cancel()
-            self._under_way_waiter = None
+            waiters = self._under_way_waiters
+            if waiters is not None and waiter in waiters:  # timed out, or the caller was cancelled
+                waiters.remove(waiter)
 
     async def drain(self, timeout: float | None = None) -> list[DuetEvent]:
         """Everything emitted since the last call; waits for at least one event, or ``timeout``

@@ -19,6 +19,7 @@ import logging
 import resource
 import socket
 import time
+import weakref
 from typing import Any, Callable, Protocol
 
 import uvicorn
@@ -69,6 +70,12 @@ class _HeldWrites:
 
     def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, ...: the transport's own
         return getattr(self.transport, name)
+
+
+def _hold_writes_of(cycle: "weakref.ref[Any]", hold: bool) -> None:
+    live = cycle()
+    if live is not None:
+        hold_writes(live, hold)
 
 
 def hold_writes(cycle: Any, hold: bool) -> None:
@@ -179,8 +186,9 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not None:
             lighten_deque(self.cycle.message_event, "_waiters", only_empty=True)
-            # The request's own cycle: a pipelined request behind it gets a cycle (and a scope) of its own.
-            self.scope[HOLD_WRITES] = functools.partial(hold_writes, self.cycle)  # type: ignore[typeddict-unknown-key]
+            # The request's own cycle (a pipelined request behind it gets a cycle and a scope of its own),
+            # held weakly: the cycle holds the scope, and a cycle of references would wait for the collector.
+            self.scope[HOLD_WRITES] = functools.partial(_hold_writes_of, weakref.ref(self.cycle))  # type: ignore[typeddict-unknown-key]
 
     def _watch_disconnect(self, gone: asyncio.Future[None]) -> None:
         """Sets ``gone``'s result when the connection is lost or the response is complete

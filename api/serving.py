@@ -239,7 +239,12 @@ class Service:
                 raise
             # The watcher looks, and the run takes its first steps until its first model request is
             # written: the response is made after, while the model works, not on the request's way out.
-            await run.under_way(RUN_UNDER_WAY_WAIT)
+            try:
+                await run.under_way(RUN_UNDER_WAY_WAIT)
+            except BaseException:  # the request's task is cancelled (a forced shutdown): stop the run too
+                disconnected.cancel()
+                await run.close()
+                raise
             if disconnected.done():
                 await run.close()
                 return Response(status_code=499)

@@ -270,19 +270,25 @@ class EventStreamResponse(Response):
             await instead(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
-        hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES)
+        chunks = self._source.chunks()
+        # The first chunk is made before anything is written, so that the status line and it leave
+        # together, held (HOLD_WRITES) only across two writes with nothing awaited between them.
+        first = await anext(chunks, b"")
+        hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES) if first else None
         if hold_writes is not None:
-            hold_writes(True)  # the status line waits for the first chunk: one write
+            hold_writes(True)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-        except BaseException:
+            self._last_write = loop.time()  # the status line is out (what a shutdown looks at)
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                first = b""  # written: not kept while the next is awaited
+        finally:
             if hold_writes is not None:
                 hold_writes(False)
-            raise
-        self._last_write = loop.time()
         heartbeat = _Heartbeat(self, send, asyncio.current_task(), self._source.keep_alive)  # type: ignore[arg-type]
         try:
-            async for chunk in self._source.chunks():
+            async for chunk in chunks:
                 if chunk:
                     # The heartbeat watches the write: it cancels this task if the client does not take it in time.
                     self._last_write = loop.time()
@@ -290,9 +296,6 @@ class EventStreamResponse(Response):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     self._writing = False
                     chunk = b""  # written: not kept while the next is awaited
-                if hold_writes is not None:
-                    hold_writes(False)
-                    hold_writes = None
             self._finished = True
             self._last_write = loop.time()
             self._writing = True
@@ -304,8 +307,6 @@ class EventStreamResponse(Response):
             logger.warning("stopped a stream: its client took no data for %gs (write_timeout)", self._write_timeout)
         finally:
             heartbeat.cancel()
-            if hold_writes is not None:
-                hold_writes(False)
 
 
 class _Heartbeat:

@@ -76,6 +76,14 @@ def test_a_run_is_under_way_once_its_first_model_request_is_written(upstream: Sc
         started = time.monotonic()
         await quiet.wait_under_way(0.05)
         assert 0.04 < time.monotonic() - started < 0.5
+        both = EventChannel()  # two waiters: one gives up early, the other is still told
+        short = asyncio.ensure_future(both.wait_under_way(0.01))
+        long = asyncio.ensure_future(both.wait_under_way(5))
+        await short
+        started = time.monotonic()
+        both.mark_under_way()
+        await long
+        assert time.monotonic() - started < 0.5
 
     asyncio.run(asyncio.wait_for(main(), 20))
 
