@@ -363,7 +363,8 @@ def _hold_reading(response: aiohttp.ClientResponse) -> Any:
     """Stops reading ``response``'s connection until :func:`_release_reading`; returns what to give
     it, or ``None`` when there is nothing to hold (no connection, or aiohttp's own flow control holds
     it already). The transport is paused, not aiohttp's protocol: the protocol's pause would also stop
-    its parser after the next HTTP chunk once reading resumes."""
+    its parser after the next HTTP chunk once reading resumes. Held for one hand-off only, so aiohttp's
+    read timeout keeps running meanwhile."""
     connection = response.connection
     protocol = connection.protocol if connection is not None else None
     transport = protocol.transport if protocol is not None else None

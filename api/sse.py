@@ -197,8 +197,8 @@ async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | Non
 class EventStreamResponse(Response):
     """Streams an :class:`EventSource` as ``text/event-stream``.
 
-    The endpoint returns this at once; the status line is sent when the source has started, so
-    the time the app takes to return a response overlaps with the models starting up."""
+    The endpoint returns this at once; the status line is sent with the source's first chunk, made
+    from its first events (held back until then, so a run that fails at once gets a real status)."""
 
     media_type = "text/event-stream"
 
@@ -221,7 +221,8 @@ class EventStreamResponse(Response):
         self._write_timeout = write_timeout
         self._disconnected = disconnected
         self._stopped = stopped
-        self._last_write = 0.0  # when the last write began; 0 until the status line went out
+        self._last_write = 0.0  # when the last write (or ping) began; what the heartbeat measures from
+        self._started = False  # the status line went out
         self._writing = False  # a write waits for the client to take it
         self._finished = False
         self._answering_instead = False
@@ -256,7 +257,7 @@ class EventStreamResponse(Response):
             await cancel_and_wait(writer)
             error = shutting_down()
             async with asyncio.timeout(SHUTDOWN_WRITE_TIMEOUT):  # a client that stopped reading gets no more time
-                if self._last_write == 0.0:
+                if not self._started:
                     await self._source.error_response(error, headers={"connection": "close"})(scope, receive, send)
                 else:
                     await send({"type": "http.response.body", "body": self._source.error_event(error), "more_body": False})
@@ -272,22 +273,25 @@ class EventStreamResponse(Response):
         loop = asyncio.get_running_loop()
         chunks = self._source.chunks()
         # The first chunk is made before anything is written, so that the status line and it leave
-        # together, held (HOLD_WRITES) only across two writes with nothing awaited between them.
+        # together: held (HOLD_WRITES) only across those two writes, not while a chunk is made.
         first = await anext(chunks, b"")
         hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES) if first else None
-        if hold_writes is not None:
-            hold_writes(True)
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-            self._last_write = loop.time()  # the status line is out (what a shutdown looks at)
-            if first:
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-                first = b""  # written: not kept while the next is awaited
-        finally:
-            if hold_writes is not None:
-                hold_writes(False)
+        self._last_write = loop.time()
         heartbeat = _Heartbeat(self, send, asyncio.current_task(), self._source.keep_alive)  # type: ignore[arg-type]
         try:
+            self._writing = True  # the heartbeat watches these writes too: a kept-alive client may not read
+            if hold_writes is not None:
+                hold_writes(True)
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+                self._started = True
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                    first = b""  # written: not kept while the next is awaited
+            finally:
+                if hold_writes is not None:
+                    hold_writes(False)
+            self._writing = False
             async for chunk in chunks:
                 if chunk:
                     # The heartbeat watches the write: it cancels this task if the client does not take it in time.
