@@ -213,7 +213,7 @@ class Duet:
         )
         token = cancellation_token or RunToken()
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
-        hook = request_sent_hook.set(channel.mark_under_way)  # for the run's tasks: they copy the context
+        hook = request_sent_hook.set(channel.mark_request_out)  # for the run's tasks: they copy the context
         try:
             driver = asyncio.create_task(self._drive(conversation, run, token))
         finally:

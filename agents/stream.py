@@ -27,7 +27,7 @@ class EventChannel:
     server then stops writing: nothing piles up in between. While there is room, an event costs
     one append and no task or future."""
 
-    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed", "_under_way", "_under_way_waiters")
+    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed", "_request_out", "_request_out_waiters")
 
     def __init__(self, capacity: int = MAX_BUFFERED_EVENTS) -> None:
         self._events: list[DuetEvent] = []
@@ -35,13 +35,13 @@ class EventChannel:
         self._room: asyncio.Future[None] | None = None
         self._capacity = capacity
         self._closed = False
-        self._under_way = False
-        self._under_way_waiters: list[asyncio.Future[None]] | None = None
+        self._request_out = False
+        self._request_out_waiters: list[asyncio.Future[None]] | None = None
 
     def emit(self, event: DuetEvent) -> bool:
         """Queues ``event``; False when the caller is ``capacity`` events behind (await :meth:`room`)."""
-        if not self._under_way:
-            self.mark_under_way()
+        if not self._request_out:
+            self.mark_request_out()
         events = self._events
         events.append(event)
         if self._waiter is not None and not self._waiter.done():
@@ -61,30 +61,30 @@ class EventChannel:
         if self._room is not None and not self._room.done():
             self._room.set_result(None)
 
-    def mark_under_way(self) -> None:
-        """The run is under way: a model request of it has been sent, it emitted an event, or it ended."""
-        self._under_way = True
-        waiters, self._under_way_waiters = self._under_way_waiters, None
+    def mark_request_out(self) -> None:
+        """The run's first model request has been written (or it emitted an event, or it ended: past that point)."""
+        self._request_out = True
+        waiters, self._request_out_waiters = self._request_out_waiters, None
         for waiter in waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def wait_under_way(self, timeout: float) -> None:
-        """Returns once the run is under way (:meth:`mark_under_way`), or after ``timeout`` seconds."""
-        if self._under_way:
+    async def wait_request_out(self, timeout: float) -> None:
+        """Returns once the run's first model request is out (:meth:`mark_request_out`), or after ``timeout`` seconds."""
+        if self._request_out:
             return
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
-        if self._under_way_waiters is None:
-            self._under_way_waiters = [waiter]
+        if self._request_out_waiters is None:
+            self._request_out_waiters = [waiter]
         else:
-            self._under_way_waiters.append(waiter)
+            self._request_out_waiters.append(waiter)
         timer = loop.call_later(timeout, _wake, waiter)
         try:
             await waiter
         finally:
             timer.cancel()
-            waiters = self._under_way_waiters
+            waiters = self._request_out_waiters
             if waiters is not None and waiter in waiters:  # timed out, or the caller was cancelled
                 waiters.remove(waiter)
 
@@ -121,13 +121,13 @@ class DuetStream:
         self._token = token
         self._ended = False
         self._pending: list[DuetEvent] = []
-        driver.add_done_callback(lambda _: channel.mark_under_way())  # an ended run is under way too
+        driver.add_done_callback(lambda _: channel.mark_request_out())  # an ended run is past its first request too
 
-    async def under_way(self, timeout: float) -> None:
+    async def request_out(self, timeout: float) -> None:
         """Returns once the run's first model request has been written to its connection, or the run
         has emitted an event or ended; at the latest after ``timeout`` seconds. What a caller
         prepares after it is done while the model works, not before its request goes out."""
-        await self._channel.wait_under_way(timeout)
+        await self._channel.wait_request_out(timeout)
 
     @property
     def ended(self) -> bool:

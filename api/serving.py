@@ -164,7 +164,7 @@ def param_of(error: Any, body: Any) -> str | None:
     return ".".join(parts)[:200] or None
 
 
-RUN_UNDER_WAY_WAIT = 0.05
+REQUEST_OUT_WAIT = 0.05
 """Seconds at most that making a response waits for its run's first model request to go out (a run
 whose first step is not a model call, or a slow connection, gets its response made after this)."""
 
@@ -240,7 +240,7 @@ class Service:
             # The watcher looks, and the run takes its first steps until its first model request is
             # written: the response is made after, while the model works, not on the request's way out.
             try:
-                await run.under_way(RUN_UNDER_WAY_WAIT)
+                await run.request_out(REQUEST_OUT_WAIT)
             except BaseException:  # the request's task is cancelled (a forced shutdown): stop the run too
                 disconnected.cancel()
                 await run.close()

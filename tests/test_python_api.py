@@ -49,16 +49,16 @@ def test_cancelling_the_token_ends_the_stream(upstream: ScriptedUpstream) -> Non
     assert upstream.requests_for(REASONER)[0].ended.wait(5) and upstream.requests_for(REASONER)[0].aborted
 
 
-def test_a_run_is_under_way_once_its_first_model_request_is_written(upstream: ScriptedUpstream) -> None:
-    """``DuetStream.under_way`` returns when the reasoner's request has gone out, long before its
-    answer; a run that fails before any model call is under way when it ends; the wait is bounded."""
+def test_request_out_returns_once_the_first_model_request_is_written(upstream: ScriptedUpstream) -> None:
+    """``DuetStream.request_out`` returns when the reasoner's request has gone out, long before its
+    answer; for a run that fails before any model call, when it ends; the wait is bounded."""
     upstream.script(REASONER, Reply(reasoning=["late"], delay=1.0))
 
     async def main() -> None:
         async with Duet.from_settings(settings(upstream)) as duet:
             stream = duet.start(USER)
             started = time.monotonic()
-            await stream.under_way(timeout=5)
+            await stream.request_out(timeout=5)
             assert time.monotonic() - started < 0.5  # the request is out; its answer starts in a second
             for _ in range(200):  # it was sent: the upstream's thread records it
                 if upstream.requests_for(REASONER):
@@ -70,18 +70,18 @@ def test_a_run_is_under_way_once_its_first_model_request_is_written(upstream: Sc
             token = CancellationToken()
             token.cancel()
             failed = duet.start(USER, cancellation_token=token)  # ends before any model call
-            await failed.under_way(timeout=5)
+            await failed.request_out(timeout=5)
             assert [event.kind async for event in failed] == ["error"]
         quiet = EventChannel()  # a run that does nothing yet: the wait ends at its timeout
         started = time.monotonic()
-        await quiet.wait_under_way(0.05)
+        await quiet.wait_request_out(0.05)
         assert 0.04 < time.monotonic() - started < 0.5
         both = EventChannel()  # two waiters: one gives up early, the other is still told
-        short = asyncio.ensure_future(both.wait_under_way(0.01))
-        long = asyncio.ensure_future(both.wait_under_way(5))
+        short = asyncio.ensure_future(both.wait_request_out(0.01))
+        long = asyncio.ensure_future(both.wait_request_out(5))
         await short
         started = time.monotonic()
-        both.mark_under_way()
+        both.mark_request_out()
         await long
         assert time.monotonic() - started < 0.5
 
