@@ -63,6 +63,7 @@ from .errors import (
     upstream_error_text,
 )
 from . import wire_json
+from .cancellation import unlink
 from .observe import request_sent_hook, upstream_headers
 from .small_deque import lighten_deque
 from .text_parts import TextParts
@@ -379,7 +380,9 @@ def _release_reading(protocol: Any) -> None:
     or the connection is gone)."""
     transport = protocol.transport
     if transport is not None and not transport.is_closing() and not protocol._reading_paused:
-        transport.resume_reading()
+        # In no context: with asyncio's own loop, reading again captures the context for as long as the
+        # connection lives (in the pool, after this request).
+        contextvars.Context().run(transport.resume_reading)
 
 
 class _EventTooLarge(Exception):
@@ -498,7 +501,7 @@ class _SharedPools:
             del self._pools[ended]
         pool = self._pools.get((loop, origin))
         if pool is None or pool[0].closed:
-            pool = self._pools[(loop, origin)] = (aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), weakref.WeakSet())
+            pool = self._pools[(loop, origin)] = (_Connector(limit=0, ttl_dns_cache=300), weakref.WeakSet())
         pool[1].add(client)
         return pool[0]
 
@@ -513,6 +516,31 @@ class _SharedPools:
 
 
 _shared_pools = _SharedPools()
+
+
+class _Connector(aiohttp.TCPConnector):
+    """Opens each connection in a context of its own. A connection keeps the context it was opened
+    in (its transport's callbacks run in it) for as long as it stays in the pool, and a request's
+    context holds the whole request (its run, its team). Requests are sent from the caller's task:
+    only a new connection costs a task."""
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        opening = super()._create_connection(req, traces, timeout)
+        return await asyncio.get_running_loop().create_task(opening, context=contextvars.Context())
+
+
+class _Canceller:
+    """What a cancelled token calls to stop the request its task is sending; remembers that it did."""
+
+    __slots__ = ("task", "fired")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.fired = False
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.task.cancel()
 
 
 class _ToolCallBuilder:
@@ -642,7 +670,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         loop = asyncio.get_running_loop()
         if self._session is None or self._session_loop is not loop or self._session.closed:
             if self._config.max_connections:  # a bounded pool is this client's own
-                connector = aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300)
+                connector = _Connector(limit=self._config.max_connections, ttl_dns_cache=300)
                 self._session = self._new_session(connector)
             else:
                 self._session = self._new_session(_shared_pools.acquire(loop, self._origin, self), shared=True)
@@ -651,7 +679,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if not fresh:
             return self._session
         if self._fresh is None or self._fresh.closed:
-            self._fresh = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True, ttl_dns_cache=300))
+            self._fresh = self._new_session(_Connector(limit=0, force_close=True, ttl_dns_cache=300))
         return self._fresh
 
     def _new_session(self, connector: aiohttp.TCPConnector, shared: bool = False) -> aiohttp.ClientSession:
@@ -743,15 +771,26 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         tracing = upstream_headers()  # set while an observed model call sends its request
         if tracing:
             headers = {**headers, **tracing}
-        # In a context of its own: a new connection keeps the context it was opened in for as long as
-        # it stays in the pool, and the request's context holds the whole request (its run, its team).
         sent = request_sent_hook.get()
         data: bytes | _SentBody = body if sent is None else _SentBody(body, sent)
-        request = asyncio.get_running_loop().create_task(session.post(url, data=data, headers=headers),
-                                                         context=contextvars.Context())
-        if cancellation_token is not None:
-            cancellation_token.link_future(request)
-        response = await request
+        task = asyncio.current_task()
+        if cancellation_token is None or task is None:
+            response = await session.post(url, data=data, headers=headers)
+        else:
+            # Sent from this task, not a task of its own: no turn of the event loop between the call
+            # and its request, nor between the answer's first bytes and its reader.
+            canceller = _Canceller(task)
+            cancellation_token.add_callback(canceller)
+            try:
+                response = await session.post(url, data=data, headers=headers)
+            except asyncio.CancelledError:
+                if canceller.fired:
+                    # The token's cancellation, not the task's: the caller gets CancelledError as from
+                    # a cancelled request, and the task is not left cancelling (a time limit reads that).
+                    task.uncancel()
+                raise
+            finally:
+                unlink(cancellation_token, canceller)
         _lighten(response)
         if cancellation_token is not None:
             # Closing the response aborts a read at once and drops the connection, so the

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from typing import Any
 
 import pytest
-from autogen_core import FunctionCall
+import uvloop
+from aiohttp.client_proto import ResponseHandler
+from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, SystemMessage, UserMessage
 
 from duet.agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
@@ -197,6 +200,76 @@ def test_model_client_reads_no_further_while_its_first_token_is_handed_on() -> N
             rest = [item async for item in stream]
             assert connection.transport is None or connection.transport.is_reading()  # read again (or back in the pool)
             assert "".join(rest[:-1]) == "".join(f"r{i} " for i in range(1, 40)) + "done"
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        asyncio.run(main(upstream))
+
+
+def test_model_client_connections_run_in_a_context_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call is sent from the caller's own task (no task of its own), but the connection it opens,
+    which stays in the pool for later calls, never runs in the context of the request that opened it
+    (in a run, that context holds the whole request), nor in that of a request that read it: on
+    asyncio's own event loop and on uvloop's."""
+    request: contextvars.ContextVar[str | None] = contextvars.ContextVar("request", default=None)
+    seen: list[str | None] = []
+    data_received = ResponseHandler.data_received
+
+    def watched(self: ResponseHandler, data: bytes) -> None:
+        if data:  # from the event loop (aiohttp itself calls it with b"" from the reading task)
+            seen.append(request.get())
+        data_received(self, data)
+
+    monkeypatch.setattr(ResponseHandler, "data_received", watched)
+
+    async def call(client: OpenAICompatibleClient, name: str) -> None:
+        request.set(name)
+        tasks = len(asyncio.all_tasks())
+        stream = client.create_stream([UserMessage(content="x", source="user")], cancellation_token=CancellationToken())
+        assert await stream.__anext__() == "r0 "  # the connection was held, then read again, in this request's turn
+        assert len(asyncio.all_tasks()) == tasks
+        assert [item async for item in stream][-1].content == "done"
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        for name in ("first", "second"):  # a new connection, then the pooled one
+            upstream.script("m", Reply(reasoning=[f"r{i} " for i in range(5)], content=["done"], delay_between=0.002))
+            await asyncio.create_task(call(client, name))
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        for loop_factory in (asyncio.new_event_loop, uvloop.new_event_loop):
+            seen.clear()
+            upstream.requests.clear()
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                runner.run(main(upstream))
+            assert len({r.peer_port for r in upstream.requests}) == 1  # both calls on one pooled connection
+            assert seen and set(seen) == {None}, seen
+
+
+def test_model_client_stops_a_request_on_its_way_when_the_token_is_cancelled() -> None:
+    """A token cancelled while the upstream has not answered yet: the call raises CancelledError at
+    once, the connection is dropped, and the calling task is not left cancelling (a time limit on
+    the call reads that to tell itself from the request's cancellation)."""
+
+    async def call(client: OpenAICompatibleClient, token: CancellationToken) -> int:
+        try:
+            async for _ in client.create_stream([UserMessage(content="x", source="user")], cancellation_token=token):
+                pass
+        except asyncio.CancelledError:
+            return asyncio.current_task().cancelling()  # type: ignore[union-attr]
+        raise AssertionError("the call was not stopped")
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        upstream.script("m", Reply(content=["late"], delay=10))
+        token = CancellationToken()
+        task = asyncio.create_task(call(client, token))
+        await asyncio.sleep(0.3)  # the request is out; its answer would come after 10 s
+        assert len(upstream.requests) == 1
+        token.cancel()
+        assert await asyncio.wait_for(task, 2) == 0
+        assert upstream.requests[0].ended.wait(5) and upstream.requests[0].aborted
         await client.close()
 
     with ScriptedUpstream() as upstream:
