@@ -5,8 +5,6 @@ request watches."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import AsyncIterator
 
 from starlette.requests import ClientDisconnect, Request
 
@@ -64,55 +62,14 @@ class RequestGate:
         return APIError(503, "the server holds as many request bodies as it may; retry shortly", type="server_error",
                         code="server_busy", headers={"Retry-After": RETRY_AFTER_SECONDS})
 
-    @contextlib.asynccontextmanager
-    async def body(self, request: Request) -> AsyncIterator[bytes]:
-        """The request body, held against ``max_pending_body_bytes`` (503 when that is full) until
-        the block ends. Refuses a body over ``max_body_bytes`` (413) before reading it when its
-        Content-Length says so, or as soon as a chunked one passes it; 408 if it takes longer than
-        ``body_timeout``; :class:`ClientDisconnect` if the client hangs up. The server reads the
-        socket only as fast as this consumes it, so at most one read-ahead window per connection
-        is held beyond what is counted."""
-        max_bytes = self.max_body_bytes
-        declared = request.headers.get("content-length")
-        reserved = 0
-        if declared is not None:
-            if not declared.isdigit():
-                raise APIError(400, "invalid Content-Length header", code="invalid_request")
-            reserved = int(declared)
-            if reserved > max_bytes:
-                raise _too_large(max_bytes)
-            if self.pending_body_bytes + reserved > self.max_pending_body_bytes:
-                raise self._busy()
-            self.pending_body_bytes += reserved
-        try:
-            chunks: list[bytes] = []
-            size = 0
-            receive = request.receive
-            try:
-                async with asyncio.timeout(self.body_timeout):
-                    while True:
-                        message = await receive()
-                        if message["type"] == "http.disconnect":
-                            raise ClientDisconnect()
-                        chunk = message.get("body", b"")
-                        if chunk:
-                            size += len(chunk)
-                            if size > max_bytes:
-                                raise _too_large(max_bytes)
-                            if size > reserved:  # chunked (or longer than declared): counted as it comes
-                                if self.pending_body_bytes + size - reserved > self.max_pending_body_bytes:
-                                    raise self._busy()
-                                self.pending_body_bytes += size - reserved
-                                reserved = size
-                            chunks.append(chunk)
-                        if not message.get("more_body", False):
-                            break
-            except TimeoutError:
-                raise APIError(408, f"the request body did not arrive within {self.body_timeout:g} s",
-                               code="request_timeout") from None
-            yield chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        finally:
-            self.pending_body_bytes -= reserved
+    def body(self, request: Request) -> "HeldBody":
+        """The request body (``async with gate.body(request) as raw``), held against
+        ``max_pending_body_bytes`` (503 when that is full) until the block ends. Refuses a body over
+        ``max_body_bytes`` (413) before reading it when its Content-Length says so, or as soon as a
+        chunked one passes it; 408 if it takes longer than ``body_timeout``; :class:`ClientDisconnect`
+        if the client hangs up. The server reads the socket only as fast as this consumes it, so at
+        most one read-ahead window per connection is held beyond what is counted."""
+        return HeldBody(self, request)
 
     def drain(self) -> None:
         self.draining = True
@@ -126,3 +83,85 @@ class RequestGate:
 def shutting_down() -> APIError:
     return APIError(503, "the server is shutting down; retry on another replica or shortly", type="server_error",
                     code="server_shutting_down")
+
+
+class HeldBody:
+    """A request body being read, then held against the gate's byte budget (:meth:`RequestGate.body`).
+
+    A class, not a generator-based context manager, and its time limit one timer of the event loop
+    rather than ``asyncio.timeout``: it is on the way of every request, whose body has nearly always
+    arrived whole before it is read."""
+
+    __slots__ = ("_gate", "_request", "_reserved", "_timed_out")
+
+    def __init__(self, gate: RequestGate, request: Request) -> None:
+        self._gate = gate
+        self._request = request
+        self._reserved = 0
+        self._timed_out = False
+
+    async def __aenter__(self) -> bytes:
+        gate = self._gate
+        max_bytes = gate.max_body_bytes
+        declared = self._request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise APIError(400, "invalid Content-Length header", code="invalid_request")
+            reserved = int(declared)
+            if reserved > max_bytes:
+                raise _too_large(max_bytes)
+            if gate.pending_body_bytes + reserved > gate.max_pending_body_bytes:
+                raise gate._busy()
+            gate.pending_body_bytes += reserved
+            self._reserved = reserved
+        try:
+            return await self._read(max_bytes)
+        except BaseException:
+            self._release()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        self._gate.pending_body_bytes -= self._reserved
+        self._reserved = 0
+
+    async def _read(self, max_bytes: int) -> bytes:
+        gate = self._gate
+        task = asyncio.current_task()
+        assert task is not None
+        timer = asyncio.get_running_loop().call_later(gate.body_timeout, self._time_out, task)
+        chunks: list[bytes] = []
+        size = 0
+        receive = self._request.receive
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                chunk = message.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise _too_large(max_bytes)
+                    if size > self._reserved:  # chunked (or longer than declared): counted as it comes
+                        if gate.pending_body_bytes + size - self._reserved > gate.max_pending_body_bytes:
+                            raise gate._busy()
+                        gate.pending_body_bytes += size - self._reserved
+                        self._reserved = size
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+        except asyncio.CancelledError:
+            if self._timed_out and task.uncancel() == 0:  # this timer's cancellation, no one else's
+                raise APIError(408, f"the request body did not arrive within {gate.body_timeout:g} s",
+                               code="request_timeout") from None
+            raise
+        finally:
+            timer.cancel()
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _time_out(self, task: asyncio.Task[object]) -> None:
+        self._timed_out = True
+        task.cancel()
