@@ -120,13 +120,10 @@ def task_messages(
     reasoning the tool round being continued was answered with, when it was restored (``None``: not
     restored; an empty text: restored, the round was answered without reasoning), and the retrieved
     context that round was answered with."""
-    # model_construct: the conversation is made of validated LLMMessages already; re-validating
-    # a long conversation would cost every request.
+    # A copy of a message made once: the conversation is made of validated LLMMessages already, and
+    # re-validating a long conversation (or model_construct's pass over the fields) would cost every request.
     task: list[BaseChatMessage] = [
-        HandoffMessage.model_construct(
-            source=CLIENT, target=TEAM_NAME, content=last_user_text(conversation) or "(continue)", context=conversation,
-            **_unset_fields(),
-        )
+        _TASK_HANDOFF.model_copy(update={"content": last_user_text(conversation) or "(continue)", "context": conversation, **_unset_fields()})
     ]
     if grounding:
         task.append(grounding_reply(GROUNDER_NAME, grounding))
@@ -185,6 +182,10 @@ def _unset_fields() -> dict[str, Any]:
     computed: pydantic inspects a default factory's signature for every ``model_construct``, and
     AgentChat draws each id from ``uuid4``."""
     return {"id": new_message_id(), "created_at": datetime.now(timezone.utc), "models_usage": None, "metadata": {}}
+
+
+_TASK_HANDOFF = HandoffMessage.model_construct(source=CLIENT, target=TEAM_NAME, content="", context=[], **_unset_fields())
+"""What :func:`task_messages` copies: the handoff from the client to the team, its content and context to fill in."""
 
 
 def grounding_reply(source: str, text: str) -> TextMessage:

@@ -17,8 +17,8 @@ it starts; its keep-alive bytes). Chat Completions is :mod:`duet.api.chat`; the 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Generic, Iterable, Mapping, Protocol, TypeVar
 
@@ -229,7 +229,7 @@ class Service:
             # tells of a client that is gone already before the run's first step runs.
             token = RunToken()
             disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
-            response_id = f"{protocol.id_prefix}{uuid.uuid4().hex}"
+            response_id = f"{protocol.id_prefix}{secrets.token_hex(16)}"
             try:
                 run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
                                  request_id=response_id, user=run_request.user, cancellation_token=token,

@@ -13,8 +13,8 @@ import json
 import logging
 import os
 import re
+import secrets
 import time
-import uuid
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -34,7 +34,7 @@ def request_id_from(header: bytes | None) -> str:
     a response header."""
     if header is not None and _USABLE_ID.fullmatch(header):
         return header.decode("ascii")
-    return uuid.uuid4().hex
+    return secrets.token_hex(16)  # what uuid4().hex gives a client, without the UUID object
 
 
 def current_request_id() -> str | None:
