@@ -341,6 +341,7 @@ def serve(app: Any, options: ServiceOptions, gate: Drainable, *, host: str, port
         http=protocol_for(options),
         timeout_keep_alive=options.keep_alive_timeout,  # type: ignore[arg-type]  # a float works (call_later)
         access_log=False,  # each request's line is Duet's own (duet.api.observability), without the query string
+        server_header=False,  # "server: uvicorn" on every response tells a client nothing, and a scanner what runs here
         log_config=None,  # uvicorn's lines go through the process's handler, in its format (duet.api.observability.logs)
     )
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises SIGINT again once it has shut down
