@@ -381,7 +381,8 @@ def _release_reading(protocol: Any) -> None:
     transport = protocol.transport
     if transport is not None and not transport.is_closing() and not protocol._reading_paused:
         # In no context: with asyncio's own loop, reading again captures the context for as long as the
-        # connection lives (in the pool, after this request).
+        # connection lives (in the pool, after this request). (aiohttp's own flow control resumes a
+        # long answer's reading in the reader's context; uvloop, what the server runs, captures none.)
         contextvars.Context().run(transport.resume_reading)
 
 
@@ -525,8 +526,18 @@ class _Connector(aiohttp.TCPConnector):
     only a new connection costs a task."""
 
     async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
-        opening = super()._create_connection(req, traces, timeout)
-        return await asyncio.get_running_loop().create_task(opening, context=contextvars.Context())
+        opening = asyncio.get_running_loop().create_task(super()._create_connection(req, traces, timeout),
+                                                         context=contextvars.Context())
+        try:
+            return await opening
+        except BaseException:
+            opening.add_done_callback(_close_unclaimed)  # cancelled as it opened: nobody else will close it
+            raise
+
+
+def _close_unclaimed(opening: asyncio.Task[Any]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
 
 
 class _Canceller:
@@ -778,19 +789,26 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             response = await session.post(url, data=data, headers=headers)
         else:
             # Sent from this task, not a task of its own: no turn of the event loop between the call
-            # and its request, nor between the answer's first bytes and its reader.
+            # and its request, nor between the answer's first bytes and its reader. The token cancels
+            # the task while the request is on its way, and, as asyncio.timeout does, the cancellation
+            # is taken back once delivered: the caller gets CancelledError as from a cancelled request,
+            # and the task's count of cancellations says only what others asked (a time limit reads it).
+            if cancellation_token.is_cancelled():
+                raise asyncio.CancelledError()
             canceller = _Canceller(task)
             cancellation_token.add_callback(canceller)
             try:
                 response = await session.post(url, data=data, headers=headers)
             except asyncio.CancelledError:
                 if canceller.fired:
-                    # The token's cancellation, not the task's: the caller gets CancelledError as from
-                    # a cancelled request, and the task is not left cancelling (a time limit reads that).
                     task.uncancel()
                 raise
             finally:
                 unlink(cancellation_token, canceller)
+            if canceller.fired:  # the answer came just as the token was cancelled, and nothing raised
+                task.uncancel()
+                response.close()
+                raise asyncio.CancelledError()
         _lighten(response)
         if cancellation_token is not None:
             # Closing the response aborts a read at once and drops the connection, so the

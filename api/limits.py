@@ -131,6 +131,7 @@ class HeldBody:
         gate = self._gate
         task = asyncio.current_task()
         assert task is not None
+        cancelling = task.cancelling()
         timer = asyncio.get_running_loop().call_later(gate.body_timeout, self._time_out, task)
         chunks: list[bytes] = []
         size = 0
@@ -154,7 +155,7 @@ class HeldBody:
                 if not message.get("more_body", False):
                     break
         except asyncio.CancelledError:
-            if self._timed_out and task.uncancel() == 0:  # this timer's cancellation, no one else's
+            if self._timed_out and task.uncancel() <= cancelling:  # this timer's cancellation, no one else's
                 raise APIError(408, f"the request body did not arrive within {gate.body_timeout:g} s",
                                code="request_timeout") from None
             raise

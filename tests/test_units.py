@@ -8,6 +8,7 @@ import json
 import time
 from typing import Any
 
+import aiohttp
 import pytest
 import uvloop
 from aiohttp.client_proto import ResponseHandler
@@ -15,6 +16,7 @@ from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, SystemMessage, UserMessage
 
 from duet.agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
+from duet.agents import model_client
 from duet.agents.conversation import MISSING_RESULT, as_transcript
 from duet.agents.thinking import ReasoningSplitter, ReasoningText, strip_think_blocks
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
@@ -209,8 +211,9 @@ def test_model_client_reads_no_further_while_its_first_token_is_handed_on() -> N
 def test_model_client_connections_run_in_a_context_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """A call is sent from the caller's own task (no task of its own), but the connection it opens,
     which stays in the pool for later calls, never runs in the context of the request that opened it
-    (in a run, that context holds the whole request), nor in that of a request that read it: on
-    asyncio's own event loop and on uvloop's."""
+    (in a run, that context holds the whole request), nor in that of a request whose first token held
+    its reading: on asyncio's own event loop and on uvloop's. The token keeps nothing of a call that
+    ended but the response's abort."""
     request: contextvars.ContextVar[str | None] = contextvars.ContextVar("request", default=None)
     seen: list[str | None] = []
     data_received = ResponseHandler.data_received
@@ -225,10 +228,12 @@ def test_model_client_connections_run_in_a_context_of_their_own(monkeypatch: pyt
     async def call(client: OpenAICompatibleClient, name: str) -> None:
         request.set(name)
         tasks = len(asyncio.all_tasks())
-        stream = client.create_stream([UserMessage(content="x", source="user")], cancellation_token=CancellationToken())
+        token = CancellationToken()
+        stream = client.create_stream([UserMessage(content="x", source="user")], cancellation_token=token)
         assert await stream.__anext__() == "r0 "  # the connection was held, then read again, in this request's turn
         assert len(asyncio.all_tasks()) == tasks
         assert [item async for item in stream][-1].content == "done"
+        assert len(token._callbacks) == 1  # the response's abort (weakly held); the request's canceller is gone
 
     async def main(upstream: ScriptedUpstream) -> None:
         client = OpenAICompatibleClient("m", upstream.base_url)
@@ -245,6 +250,36 @@ def test_model_client_connections_run_in_a_context_of_their_own(monkeypatch: pyt
                 runner.run(main(upstream))
             assert len({r.peer_port for r in upstream.requests}) == 1  # both calls on one pooled connection
             assert seen and set(seen) == {None}, seen
+
+
+def test_a_connection_opened_as_its_request_is_cancelled_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection opens in a task of its own (a context of its own): one that is ready just as the
+    request that asked for it is cancelled belongs to nobody, and is closed, not left open."""
+    closed: list[bool] = []
+
+    class Opened:
+        def close(self) -> None:
+            closed.append(True)
+
+    async def main() -> None:
+        requesting: asyncio.Task[Any] | None = None
+
+        async def open_connection(self: aiohttp.TCPConnector, req: Any, traces: Any, timeout: Any) -> Opened:
+            await asyncio.sleep(0.01)
+            assert requesting is not None
+            asyncio.get_running_loop().call_soon(requesting.cancel)  # before the request's task takes the connection
+            return Opened()
+
+        monkeypatch.setattr(aiohttp.TCPConnector, "_create_connection", open_connection)
+        connector = model_client._Connector()
+        requesting = asyncio.create_task(connector._create_connection(None, [], None))
+        with pytest.raises(asyncio.CancelledError):
+            await requesting
+        await asyncio.sleep(0)
+        assert closed == [True]
+        await connector.close()
+
+    asyncio.run(main())
 
 
 def test_model_client_stops_a_request_on_its_way_when_the_token_is_cancelled() -> None:
@@ -269,7 +304,7 @@ def test_model_client_stops_a_request_on_its_way_when_the_token_is_cancelled() -
         assert len(upstream.requests) == 1
         token.cancel()
         assert await asyncio.wait_for(task, 2) == 0
-        assert upstream.requests[0].ended.wait(5) and upstream.requests[0].aborted
+        assert await asyncio.to_thread(upstream.requests[0].ended.wait, 5) and upstream.requests[0].aborted
         await client.close()
 
     with ScriptedUpstream() as upstream:
