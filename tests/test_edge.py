@@ -67,22 +67,33 @@ def request_head(port: int, *, length: int | None = None, chunked: bool = False,
 
 def read_response(sock: socket.socket, timeout: float) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of one Content-Length response (what the edge's refusals are)."""
+    return read_responses(sock, 1, timeout)[0]
+
+
+def read_responses(sock: socket.socket, count: int, timeout: float) -> list[tuple[int, dict[str, str], bytes]]:
+    """``count`` Content-Length responses in a row on one connection: pipelined answers may arrive in
+    one read. A connection closed in the middle of a body gives what came of it."""
     sock.settimeout(timeout)
     data = b""
-    while b"\r\n\r\n" not in data:
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+    while len(answers) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            lines = data[:head_end].decode().split("\r\n")
+            headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+            status, body_end = int(lines[0].split()[1]), head_end + 4 + int(headers.get("content-length", 0))
+            if len(data) >= body_end:
+                answers.append((status, headers, data[head_end + 4 : body_end]))
+                data = data[body_end:]
+                continue
         piece = sock.recv(65536)
         if not piece:
-            raise ConnectionError(f"closed after {data!r}")
-        data += piece
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
-    while len(body) < int(headers.get("content-length", 0)):
-        piece = sock.recv(65536)
-        if not piece:
+            if head_end < 0:
+                raise ConnectionError(f"closed after {data!r}")
+            answers.append((status, headers, data[head_end + 4 :]))
             break
-        body += piece
-    return int(lines[0].split()[1]), headers, body
+        data += piece
+    return answers
 
 
 def closed_by_server(sock: socket.socket, within: float) -> bool:
@@ -344,7 +355,7 @@ def test_pipelined_requests_are_answered_in_order(edge: DuetServer) -> None:
     """Requests sent back to back on one connection, before any answer, are answered in the order sent."""
     with socket.create_connection(("127.0.0.1", edge.port)) as sock:
         sock.sendall(b"".join(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode() for path in ("/health", "/health/ready", "/health")))
-        answers = [read_response(sock, 5.0) for _ in range(3)]
+        answers = read_responses(sock, 3, 5.0)
     assert [(status, json.loads(body)["status"]) for status, _, body in answers] == [(200, "ok"), (200, "ready"), (200, "ok")]
 
 
