@@ -6,7 +6,10 @@ request (reasoning N tokens, then answer N tokens), in ``--rounds`` interleaved 
 relay, Duet, the relay...; so a busy machine hits both alike), and prints the medians:
 
 - own CPU per request (user + system time of the server process, from /proc) at c=1 and c=16;
-- time to first token (p50, c=1) and its overhead over the reasoning model's first token, direct;
+- time to first token (p50, c=1) and its overhead over the reasoning model's first token, direct:
+  in each round Duet, the relay and the upstream called directly take turns in blocks of
+  ``--ttft-block`` requests (each in turn going first), so the three figures of a ratio are measured
+  within the same seconds: the host's speed, which moves by the minute, cancels out of the ratio;
 - requests/s at c=1, 16 and 64 (direct: a client making both upstream calls itself);
 - resident memory at rest (started, before any request) and after the runs, and its peak.
 
@@ -34,12 +37,27 @@ async def direct_pair(session: Any, upstream: str) -> None:
     await stream_once(session, upstream, chat_body(ANSWER))
 
 
+async def measure_ttft(args: argparse.Namespace, targets: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, float]:
+    """One round of TTFT (p50, ms, c=1) for each target (name → URL, body): ``--requests`` each, in
+    blocks of ``--ttft-block`` taking turns, the first turn passing round. Blocks, not single requests:
+    a request right after another server's is colder (the others ran on the cores in between), and a
+    block keeps that to its first few requests, as in a run of one server alone."""
+    ttft: dict[str, list[float]] = {name: [] for name in targets}
+    names = list(targets)
+    async with client_session() as http:
+        for turn in range(max(1, args.requests // args.ttft_block)):
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                url, body = targets[name]
+                for _ in range(args.ttft_block):
+                    ttft[name].append((await stream_once(http, url, body))[0])
+    return {name: median(times) * 1000 for name, times in ttft.items()}
+
+
 async def measure_server(args: argparse.Namespace, pid: int, url: str) -> dict[str, float]:
-    """One round of one server (Duet or the relay): TTFT and CPU at c=1, then throughput and CPU at c=16 and 64."""
+    """One round of one server (Duet or the relay): CPU at c=1, then throughput and CPU at c=16 and 64."""
     figures: dict[str, float] = {}
     body = chat_body("duet")
     async with client_session() as http:
-        ttft = [(await stream_once(http, url, body))[0] for _ in range(args.requests)]
         cpu_before = cpu_seconds(pid)
         start = time.perf_counter()
         for _ in range(args.requests):
@@ -47,7 +65,6 @@ async def measure_server(args: argparse.Namespace, pid: int, url: str) -> dict[s
         elapsed = time.perf_counter() - start
         figures["cpu_ms_c1"] = (cpu_seconds(pid) - cpu_before) / args.requests * 1000
         figures["rps_c1"] = args.requests / elapsed
-    figures["ttft_ms"] = median(ttft) * 1000
     for concurrency in CONCURRENCY[1:]:
         async with client_session() as http:
             cpu_before = cpu_seconds(pid)
@@ -59,8 +76,6 @@ async def measure_server(args: argparse.Namespace, pid: int, url: str) -> dict[s
 
 async def measure_direct(args: argparse.Namespace, upstream: str) -> dict[str, float]:
     figures: dict[str, float] = {}
-    async with client_session() as http:
-        figures["ttft_ms"] = median([(await stream_once(http, upstream, chat_body(REASONER)))[0] for _ in range(args.requests)]) * 1000
     for concurrency in CONCURRENCY:
         async with client_session() as http:
             done, elapsed = await throughput(lambda: direct_pair(http, upstream), concurrency, args.seconds)
@@ -77,16 +92,23 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]],
             for _, url in servers.values():
                 await stream_once(warm, url, chat_body("duet"))
             await direct_pair(warm, upstream)
+    ttft_targets = {**{name: (url, chat_body("duet")) for name, (_, url) in servers.items()}, "direct": (upstream, chat_body(REASONER))}
     for _ in range(args.rounds):
+        ttft = await measure_ttft(args, ttft_targets)
         for name, (pid, url) in servers.items():
-            rounds[name].append(await measure_server(args, pid, url))
-        rounds["direct"].append(await measure_direct(args, upstream))
+            rounds[name].append({"ttft_ms": ttft[name], **await measure_server(args, pid, url)})
+        rounds["direct"].append({"ttft_ms": ttft["direct"], **await measure_direct(args, upstream)})
     results = {name: {key: median([r[key] for r in runs]) for key in runs[0]} for name, runs in rounds.items()}
     direct_ttft = results["direct"]["ttft_ms"]
     for name, (pid, _) in servers.items():
         results[name]["ttft_overhead_ms"] = results[name]["ttft_ms"] - direct_ttft
         results[name]["rss_at_rest_mb"] = at_rest[name]
         results[name]["rss_after_mb"], results[name]["rss_peak_mb"] = memory_mb(pid)
+    # Each round's TTFT ratio on its own (its three figures measured in the same seconds): the spread of the median above.
+    results["ttft_overhead_ratio_by_round"] = {
+        str(index + 1): ratio(duet["ttft_ms"] - direct["ttft_ms"], relay["ttft_ms"] - direct["ttft_ms"])
+        for index, (duet, relay, direct) in enumerate(zip(rounds["duet"], rounds["relay"], rounds["direct"]))
+    }
     return results
 
 
@@ -119,6 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=40, help="tokens per stage (default 40)")
     parser.add_argument("--requests", type=int, default=300, help="requests per round for the c=1 figures (TTFT, CPU)")
+    parser.add_argument("--ttft-block", type=int, default=30, help="TTFT requests to one target before the next takes its turn")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run (c=16, c=64)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (Duet, relay, direct); medians are printed")
@@ -136,9 +159,11 @@ def main() -> None:
         print(json.dumps({**results, "load_average": {"before": load_before, "after": load_after}}, indent=2))
         return
     print(f"streamed two-stage request, {args.tokens} reasoning + {args.tokens} answer tokens; {os.cpu_count()} cores; "
-          f"medians of {args.rounds} interleaved rounds ({args.requests} requests at c=1, {args.seconds:g} s at c=16 and c=64)")
+          f"medians of {args.rounds} interleaved rounds ({args.requests} requests at c=1, TTFT in turns of {args.ttft_block}; "
+          f"{args.seconds:g} s at c=16 and c=64)")
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     print(table(results))
+    print("TTFT overhead, Duet / relay, by round: " + ", ".join(f"{r:.2f}×" for r in results["ttft_overhead_ratio_by_round"].values()))
 
 
 if __name__ == "__main__":
