@@ -197,8 +197,10 @@ class Duet:
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
         else:
             conversation = list(messages)  # type: ignore[arg-type]
-        if all(isinstance(tool, ProxyTool) for tool in tools):
-            client_tools: list[ProxyTool] = list(tools)  # type: ignore[arg-type]
+        if not tools:
+            client_tools: list[ProxyTool] = []
+        elif all(isinstance(tool, ProxyTool) for tool in tools):
+            client_tools = list(tools)  # type: ignore[arg-type]
         else:
             client_tools = proxy_tools_from_openai(tools)  # type: ignore[arg-type]
         channel = EventChannel()

@@ -157,15 +157,20 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         self._max_reasoning_seconds = max_reasoning_seconds
 
     def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema], grounding: str = "") -> list[LLMMessage]:
-        transcript = as_transcript(conversation)
+        turns: list[LLMMessage] = []
+        client_instructions: list[str] = []
+        for message in as_transcript(conversation):  # one pass: the client's system messages join the reasoner's
+            if isinstance(message, SystemMessage):
+                client_instructions.append(message.content)
+            else:
+                turns.append(message)
         instructions = [self._system_message or DEFAULT_REASONING_PROMPT]
-        client_instructions = [m.content for m in transcript if isinstance(m, SystemMessage)]
         if client_instructions:
             instructions.append("The assistant's instructions:\n" + "\n\n".join(client_instructions))
         if grounding:
             instructions.append(retrieved_context(grounding))
-        system = SystemMessage(content="\n\n".join(instructions) + describe_tools(tools))
-        return [system, *(m for m in transcript if not isinstance(m, SystemMessage))]
+        turns.insert(0, SystemMessage(content="\n\n".join(instructions) + describe_tools(tools)))
+        return turns
 
     async def _turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken

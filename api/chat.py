@@ -28,6 +28,8 @@ def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> lis
     """Proxy tools from the raw ``tools`` (or ``functions``) of the body: validated by the request
     model, but passed on as received (a pydantic dump would drop ``null`` values inside schemas)."""
     raw = body.get("tools") if request.tools is not None else body.get("functions")
+    if not raw:  # most requests: no cache to consult
+        return []
     validated = request.tools if request.tools is not None else request.functions
     try:  # keyed once: the validation of the list keyed it (KnownTools)
         return proxy_tools_from_openai(raw or [], getattr(validated, "content_key", None))
@@ -38,10 +40,11 @@ def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> lis
 def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], service_tool_names: set[str]) -> AnswerOptions:
     """The request's knobs for the answer model."""
     create_args: dict[str, Any] = {}
-    for name in ANSWER_MODEL_FIELDS:
-        value = getattr(request, name)
-        if value is not None:
-            create_args[name] = value.as_sent() if isinstance(value, ResponseFormat) else value
+    if not request.model_fields_set.isdisjoint(ANSWER_MODEL_FIELDS):  # a field left out is None: only the sent are read
+        for name in ANSWER_MODEL_FIELDS:
+            value = getattr(request, name)
+            if value is not None:
+                create_args[name] = value.as_sent() if isinstance(value, ResponseFormat) else value
     has_tools = bool(tools or service_tool_names)
     if has_tools and request.parallel_tool_calls is not None:
         create_args["parallel_tool_calls"] = request.parallel_tool_calls

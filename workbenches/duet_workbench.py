@@ -48,9 +48,11 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
         service_tools: list[BaseTool[Any, Any]] = []
         for tool in tools:
             (client_tools if _is_client_tool(tool) else service_tools).append(tool)  # type: ignore[arg-type]
-        client_names = {tool.name for tool in client_tools}
         kept = list(tools)
-        shadowed = [tool for tool in service_tools if tool.name in client_names]
+        shadowed: list[BaseTool[Any, Any]] = []
+        if service_tools and client_tools:  # a request's common case has one kind or none: nothing to shadow
+            client_names = {tool.name for tool in client_tools}
+            shadowed = [tool for tool in service_tools if tool.name in client_names]
         if shadowed:
             for tool in shadowed:
                 logger.warning("client tool '%s' shadows the service tool of the same name", tool.name)
@@ -65,7 +67,7 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
         self._request = request
         self._takes_request = (
             {tool.name: tool for tool in service_tools if isinstance(tool, PythonFunctionTool) and tool.takes_request}
-            if request else {}
+            if request and service_tools else {}
         )
 
     @classmethod
