@@ -140,8 +140,8 @@ class Duet:
         return self._team_factory.model_clients
 
     @property
-    def service_tool_names(self) -> set[str]:
-        return {tool.name for tool in self.services.tools}
+    def service_tool_names(self) -> frozenset[str]:
+        return self.services.names
 
     async def open(self) -> "Duet":
         """Starts what runs beside the pipeline (its MCP servers). Raises if one cannot start."""

@@ -4,7 +4,7 @@ request → a :class:`~duet.api.serving.RunRequest`) and its writers (chunks, or
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import AbstractSet, Any, NamedTuple
 
 
 from duet.agents import AnswerOptions, Duet, conversation_from_openai
@@ -37,7 +37,7 @@ def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> lis
         raise APIError(400, str(exc), param="tools" if request.tools is not None else "functions") from None
 
 
-def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], service_tool_names: set[str]) -> AnswerOptions:
+def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], service_tool_names: AbstractSet[str]) -> AnswerOptions:
     """The request's knobs for the answer model."""
     create_args: dict[str, Any] = {}
     if not request.model_fields_set.isdisjoint(ANSWER_MODEL_FIELDS):  # a field left out is None: only the sent are read
@@ -68,7 +68,7 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
     return AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=request.legacy_functions)
 
 
-def tool_choice_alias(name: str, tools: list[ProxyTool], service_tool_names: set[str], param: str) -> str:
+def tool_choice_alias(name: str, tools: list[ProxyTool], service_tool_names: AbstractSet[str], param: str) -> str:
     """The model-facing name of the tool a ``tool_choice`` names; 400 if it is not among the tools."""
     alias = model_safe_name(name)
     if alias not in {t.name for t in tools} | service_tool_names:

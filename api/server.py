@@ -96,13 +96,14 @@ class _EdgeState:
     28 attributes, and an object with more than 29 gets a dict of its own instead of its class's shared
     keys (CPython 3.11: ~1.3 KB more for every open connection)."""
 
-    __slots__ = ("head_budget", "heads_read", "head_timer", "head_since", "unread_body_timer", "disconnect_watchers")
+    __slots__ = ("head_budget", "heads_read", "head_timer", "head_since", "head_begun", "unread_body_timer", "disconnect_watchers")
 
     def __init__(self) -> None:
         self.head_budget = -1  # bytes the current request head may still take; -1 while no head is read
         self.heads_read = 0
-        self.head_timer: asyncio.TimerHandle | None = None  # set while a head is awaited
+        self.head_timer: asyncio.TimerHandle | None = None  # set while a head is awaited (beyond the read it began in)
         self.head_since = 0.0
+        self.head_begun = False  # a kept-alive connection's next head began and is not complete
         self.unread_body_timer: asyncio.TimerHandle | None = None
         self.disconnect_watchers: list[asyncio.Future[None]] | None = None  # of the running request (WATCH_DISCONNECT)
 
@@ -171,16 +172,25 @@ class EdgeProtocol(HttpToolsProtocol):
         elif budget >= 0:
             self._edge.head_budget = budget - len(data)
         super().data_received(data)
+        edge = self._edge
+        if edge.head_begun and edge.head_timer is None:  # the head goes on in later reads: timed from its first byte
+            left = self.options.header_timeout - (time.monotonic() - edge.head_since)
+            edge.head_timer = self.loop.call_later(left, self._head_timed_out)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._edge.head_timer is None:  # a new request on a kept-alive connection
-            self._start_head_timer()
+        edge = self._edge
+        if edge.head_timer is None:  # a new request on a kept-alive connection: no timer unless its head
+            edge.head_since = time.monotonic()  # outlasts this read (data_received), as a head nearly never does
+            edge.head_begun = True
 
     def on_headers_complete(self) -> None:
-        self._edge.head_budget = -1
-        self._edge.heads_read += 1
-        self._cancel_head_timer()
+        edge = self._edge
+        edge.head_budget = -1
+        edge.heads_read += 1
+        edge.head_begun = False
+        if edge.head_timer is not None:
+            self._cancel_head_timer()
         self.scope[ABORT_CONNECTION] = self.transport.abort  # type: ignore[typeddict-unknown-key]
         self.scope[WATCH_DISCONNECT] = self._watch_disconnect  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()

@@ -207,6 +207,24 @@ def test_slow_and_silent_connections_are_closed_while_others_are_served(edge: Du
         assert time.monotonic() - began < TIMEOUT + 1.5
 
 
+def test_a_kept_alive_connections_next_head_is_timed_too(edge: DuetServer) -> None:
+    """After a response, the next head on the same connection gets the same time limit: one that
+    stops half-way is closed; one that comes in pieces within the limit is served."""
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", edge.port)) as stalled, socket.create_connection(("127.0.0.1", edge.port)) as pieces:
+        for sock in (stalled, pieces):
+            sock.sendall(request)
+            assert read_response(sock, timeout=5)[0] == 200
+        began = time.monotonic()
+        stalled.sendall(request[:20])  # and never the rest
+        pieces.sendall(request[:20])
+        time.sleep(TIMEOUT / 2)
+        pieces.sendall(request[20:])
+        assert read_response(pieces, timeout=5)[0] == 200
+        assert closed_by_server(stalled, TIMEOUT + 2)
+        assert TIMEOUT - 0.1 < time.monotonic() - began < TIMEOUT + 1.5
+
+
 def test_huge_header_gets_431_early_without_stalling_others(edge: DuetServer) -> None:
     outcome: dict[str, Any] = {}
 

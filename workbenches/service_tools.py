@@ -52,6 +52,8 @@ class ServiceTools:
             if server is not None and server not in self._servers:
                 self._servers.append(server)
         self._server_tools: list[BaseTool[Any, Any]] = []
+        self._all: tuple[BaseTool[Any, Any], ...] = tuple(self._static)  # made when the tools change, not per request
+        self._names = frozenset(tool.name for tool in self._all)
 
     @classmethod
     def from_settings(cls, settings: ToolsSettings) -> "ServiceTools":
@@ -73,8 +75,13 @@ class ServiceTools:
         return cls(tools, servers)
 
     @property
-    def tools(self) -> list[BaseTool[Any, Any]]:
-        return [*self._static, *self._server_tools]
+    def tools(self) -> Sequence[BaseTool[Any, Any]]:
+        return self._all
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The names of :attr:`tools`."""
+        return self._names
 
     async def open(self) -> None:
         """Starts the MCP servers (raising if one cannot start) and adds their tools."""
@@ -85,6 +92,8 @@ class ServiceTools:
             schemas = await server.start()
             logger.info("MCP server %r started with tools: %s", server.name, ", ".join(s["name"] for s in schemas))
             self._server_tools += [tool for tool in server.tools() if tool.name not in static_names]
+            self._all = (*self._static, *self._server_tools)
+            self._names = frozenset(tool.name for tool in self._all)
 
     async def close(self) -> None:
         for server in self._servers:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import AbstractSet, Any
 
 from autogen_core.models import FunctionExecutionResultMessage, LLMMessage
 from pydantic import ValidationError
@@ -94,7 +94,7 @@ def client_tools(request: MessagesRequest) -> list[ProxyTool]:
         raise APIError(400, f"tools: {exc}", param="tools") from None
 
 
-def answer_options(request: MessagesRequest, tools: list[ProxyTool], service_tool_names: set[str]) -> AnswerOptions:
+def answer_options(request: MessagesRequest, tools: list[ProxyTool], service_tool_names: AbstractSet[str]) -> AnswerOptions:
     """The request's knobs for the answer model."""
     create_args: dict[str, Any] = {"max_tokens": request.max_tokens}
     if request.temperature is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import AbstractSet, Any, Mapping, Sequence
 
 from pydantic import ValidationError
 
@@ -290,7 +290,7 @@ def proxy_tools(chat_tools: list[dict[str, Any]]) -> list[ProxyTool]:
         raise APIError(400, str(exc), param="tools", code="invalid_request") from None
 
 
-def answer_options(request: ResponsesRequest, tools: list[ProxyTool], service_tool_names: set[str]) -> tuple[AnswerOptions, list[ProxyTool]]:
+def answer_options(request: ResponsesRequest, tools: list[ProxyTool], service_tool_names: AbstractSet[str]) -> tuple[AnswerOptions, list[ProxyTool]]:
     """The answer model's options, and the tools it may use (``allowed_tools`` narrows them)."""
     create_args: dict[str, Any] = {}
     if request.temperature is not None:
