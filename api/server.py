@@ -173,9 +173,19 @@ class EdgeProtocol(HttpToolsProtocol):
             self._edge.head_budget = budget - len(data)
         super().data_received(data)
         edge = self._edge
-        if edge.head_begun and edge.head_timer is None:  # the head goes on in later reads: timed from its first byte
-            left = self.options.header_timeout - (time.monotonic() - edge.head_since)
-            edge.head_timer = self.loop.call_later(left, self._head_timed_out)
+        if edge.head_timer is None:
+            if edge.head_begun:  # the head goes on in later reads: timed from its first byte
+                left = self.options.header_timeout - (time.monotonic() - edge.head_since)
+                edge.head_timer = self.loop.call_later(left, self._head_timed_out)
+            elif self.timeout_keep_alive_task is None and self._idle():
+                # Bytes that began no head (blank lines, which the parser skips) ended uvicorn's
+                # keep-alive wait: the connection waits for a head, timed like one.
+                self._start_head_timer()
+
+    def _idle(self) -> bool:
+        """No request is running or waiting on this connection, and none is being read."""
+        cycle = self.cycle
+        return (cycle is None or (cycle.response_complete and not cycle.more_body)) and not self.pipeline
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -109,7 +109,7 @@ class ServiceOptions(BaseModel):
     # Connections and concurrency
     max_concurrent_requests: int = Field(256, gt=0, description="Completions running at once (a request still sending its body does not count); more get 503 with Retry-After.")
     max_connections: int = Field(1000, gt=0, description="Open client connections; at the cap the one slowest to send its head (else an idle kept-alive one) is closed to make room, else the new one. Lowered to fit the open-file limit.")
-    header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request's head.")
+    header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request's head (from a new connection's start, or from the head's first byte).")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's body (408 after); also how long the rest of a refused body is skipped.")
     keep_alive_timeout: float = Field(
         75.0, gt=0, description="Seconds an idle keep-alive connection stays open (longer than common client pools, so the server never closes one a client is about to reuse)."

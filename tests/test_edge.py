@@ -208,21 +208,36 @@ def test_slow_and_silent_connections_are_closed_while_others_are_served(edge: Du
 
 
 def test_a_kept_alive_connections_next_head_is_timed_too(edge: DuetServer) -> None:
-    """After a response, the next head on the same connection gets the same time limit: one that
-    stops half-way is closed; one that comes in pieces within the limit is served."""
+    """After a response, the next head on the same connection gets the same time limit, counted from
+    its first byte: one that stops half-way, one that trickles in for longer than the limit, one that
+    came in the same read as the request before it, and blank lines (which begin no head) are closed;
+    one that comes in pieces within the limit is served."""
     request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", edge.port)) as stalled, socket.create_connection(("127.0.0.1", edge.port)) as pieces:
-        for sock in (stalled, pieces):
+    connections = [socket.create_connection(("127.0.0.1", edge.port)) for _ in range(5)]
+    try:
+        stalled, trickling, pieces, blank, pipelined = connections
+        for sock in (stalled, trickling, pieces, blank):
             sock.sendall(request)
             assert read_response(sock, timeout=5)[0] == 200
         began = time.monotonic()
-        stalled.sendall(request[:20])  # and never the rest
-        pieces.sendall(request[:20])
-        time.sleep(TIMEOUT / 2)
-        pieces.sendall(request[20:])
+        pipelined.sendall(request + request[:20])  # a whole request, and the start of the next one
+        assert read_response(pipelined, timeout=5)[0] == 200
+        for sock in (stalled, trickling, pieces):
+            sock.sendall(request[:10])
+        blank.sendall(b"\r\n")
+        time.sleep(TIMEOUT / 4)
+        pieces.sendall(request[10:])
         assert read_response(pieces, timeout=5)[0] == 200
-        assert closed_by_server(stalled, TIMEOUT + 2)
-        assert TIMEOUT - 0.1 < time.monotonic() - began < TIMEOUT + 1.5
+        for piece in (request[10:14], request[14:18]):  # each read within the limit, the head not
+            time.sleep(TIMEOUT / 2)
+            with contextlib.suppress(OSError):
+                trickling.sendall(piece)
+        for sock in (stalled, trickling, blank, pipelined):
+            assert closed_by_server(sock, TIMEOUT + 2)
+        assert time.monotonic() - began < TIMEOUT + 1.5
+    finally:
+        for sock in connections:
+            sock.close()
 
 
 def test_huge_header_gets_431_early_without_stalling_others(edge: DuetServer) -> None:

@@ -49,6 +49,7 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
         for tool in tools:
             (client_tools if _is_client_tool(tool) else service_tools).append(tool)  # type: ignore[arg-type]
         kept = list(tools)
+        client_names: set[str] = set()
         shadowed: list[BaseTool[Any, Any]] = []
         if service_tools and client_tools:  # a request's common case has one kind or none: nothing to shadow
             client_names = {tool.name for tool in client_tools}
