@@ -37,20 +37,27 @@ async def direct_pair(session: Any, upstream: str) -> None:
     await stream_once(session, upstream, chat_body(ANSWER))
 
 
-async def measure_ttft(args: argparse.Namespace, targets: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, float]:
-    """One round of TTFT (p50, ms, c=1) for each target (name → URL, body): ``--requests`` each, in
-    blocks of ``--ttft-block`` taking turns, the first turn passing round. Blocks, not single requests:
-    a request right after another server's is colder (the others ran on the cores in between), and a
-    block keeps that to its first few requests, as in a run of one server alone."""
+async def measure_ttft(args: argparse.Namespace, targets: dict[str, tuple[str, dict[str, Any]]], first_turn: int) -> dict[str, float]:
+    """One round of TTFT (p50, ms, c=1) for each target (name → URL, body): ``--requests`` each (rounded
+    to whole turns), in turns of ``--ttft-block`` requests. Which target goes first passes round from
+    turn to turn, and on from round to round (``first_turn``: this round's first), so each target as
+    often follows each other one and opens a round. Turns, not single requests: a request right after
+    another server's is colder (the others ran on the cores in between), and a turn keeps that to its
+    first few requests, as in a run of one server alone."""
     ttft: dict[str, list[float]] = {name: [] for name in targets}
     names = list(targets)
     async with client_session() as http:
-        for turn in range(max(1, args.requests // args.ttft_block)):
-            for name in names[turn % len(names):] + names[:turn % len(names)]:
+        for turn in range(first_turn, first_turn + ttft_turns(args)):
+            at = turn % len(names)
+            for name in names[at:] + names[:at]:
                 url, body = targets[name]
                 for _ in range(args.ttft_block):
                     ttft[name].append((await stream_once(http, url, body))[0])
     return {name: median(times) * 1000 for name, times in ttft.items()}
+
+
+def ttft_turns(args: argparse.Namespace) -> int:
+    return max(1, round(args.requests / args.ttft_block))
 
 
 async def measure_server(args: argparse.Namespace, pid: int, url: str) -> dict[str, float]:
@@ -93,21 +100,22 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]],
                 await stream_once(warm, url, chat_body("duet"))
             await direct_pair(warm, upstream)
     ttft_targets = {**{name: (url, chat_body("duet")) for name, (_, url) in servers.items()}, "direct": (upstream, chat_body(REASONER))}
-    for _ in range(args.rounds):
-        ttft = await measure_ttft(args, ttft_targets)
+    for index in range(args.rounds):
+        ttft = await measure_ttft(args, ttft_targets, first_turn=index * ttft_turns(args))
         for name, (pid, url) in servers.items():
             rounds[name].append({"ttft_ms": ttft[name], **await measure_server(args, pid, url)})
         rounds["direct"].append({"ttft_ms": ttft["direct"], **await measure_direct(args, upstream)})
+    for name in servers:  # over the direct TTFT of the same round: the two were measured in the same seconds
+        for figures, direct in zip(rounds[name], rounds["direct"]):
+            figures["ttft_overhead_ms"] = figures["ttft_ms"] - direct["ttft_ms"]
     results = {name: {key: median([r[key] for r in runs]) for key in runs[0]} for name, runs in rounds.items()}
-    direct_ttft = results["direct"]["ttft_ms"]
     for name, (pid, _) in servers.items():
-        results[name]["ttft_overhead_ms"] = results[name]["ttft_ms"] - direct_ttft
         results[name]["rss_at_rest_mb"] = at_rest[name]
         results[name]["rss_after_mb"], results[name]["rss_peak_mb"] = memory_mb(pid)
-    # Each round's TTFT ratio on its own (its three figures measured in the same seconds): the spread of the median above.
+    # Each round's TTFT ratio on its own: the spread behind the ratio of the medians in the table.
     results["ttft_overhead_ratio_by_round"] = {
-        str(index + 1): ratio(duet["ttft_ms"] - direct["ttft_ms"], relay["ttft_ms"] - direct["ttft_ms"])
-        for index, (duet, relay, direct) in enumerate(zip(rounds["duet"], rounds["relay"], rounds["direct"]))
+        str(index + 1): ratio(duet["ttft_overhead_ms"], relay["ttft_overhead_ms"])
+        for index, (duet, relay) in enumerate(zip(rounds["duet"], rounds["relay"]))
     }
     return results
 
@@ -141,12 +149,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=40, help="tokens per stage (default 40)")
     parser.add_argument("--requests", type=int, default=300, help="requests per round for the c=1 figures (TTFT, CPU)")
-    parser.add_argument("--ttft-block", type=int, default=30, help="TTFT requests to one target before the next takes its turn")
+    parser.add_argument("--ttft-block", type=int, default=30,
+                        help="TTFT requests to one target before the next takes its turn (--requests is rounded to whole turns)")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run (c=16, c=64)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (Duet, relay, direct); medians are printed")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    if args.ttft_block < 1 or args.requests < 1:
+        parser.error("--ttft-block and --requests must be at least 1")
 
     load_before = os.getloadavg()
     tokens = ["--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens)]
