@@ -32,7 +32,7 @@ def client_tools_of(request: ChatCompletionRequest, body: dict[str, Any]) -> lis
         return []
     validated = request.tools if request.tools is not None else request.functions
     try:  # keyed once: the validation of the list keyed it (KnownTools)
-        return proxy_tools_from_openai(raw or [], getattr(validated, "content_key", None))
+        return proxy_tools_from_openai(raw, getattr(validated, "content_key", None))
     except ValueError as exc:
         raise APIError(400, str(exc), param="tools" if request.tools is not None else "functions") from None
 

@@ -190,8 +190,10 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         edge = self._edge
-        if edge.head_timer is None:  # a new request on a kept-alive connection: no timer unless its head
-            edge.head_since = time.monotonic()  # outlasts this read (data_received), as a head nearly never does
+        if edge.head_timer is None:
+            # A new request on a kept-alive connection: its head is timed from here, but the timer is
+            # made only if the head outlasts this read (data_received), as a head nearly never does.
+            edge.head_since = time.monotonic()
             edge.head_begun = True
 
     def on_headers_complete(self) -> None:
