@@ -7,9 +7,9 @@ relay, Duet, the relay...; so a busy machine hits both alike), and prints the me
 
 - own CPU per request (user + system time of the server process, from /proc) at c=1 and c=16;
 - time to first token (p50, c=1) and its overhead over the reasoning model's first token, direct:
-  in each round Duet, the relay and the upstream called directly take turns in blocks of
-  ``--ttft-block`` requests (each in turn going first), so the three figures of a ratio are measured
-  within the same seconds: the host's speed, which moves by the minute, cancels out of the ratio;
+  in each round Duet, the relay and the upstream called directly take turns of ``--ttft-block``
+  requests, and each round's overhead is over that round's direct TTFT: the three figures of a ratio
+  are measured within the same seconds, so the host's speed, which moves by the minute, cancels out;
 - requests/s at c=1, 16 and 64 (direct: a client making both upstream calls itself);
 - resident memory at rest (started, before any request) and after the runs, and its peak.
 

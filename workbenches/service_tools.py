@@ -52,7 +52,11 @@ class ServiceTools:
             if server is not None and server not in self._servers:
                 self._servers.append(server)
         self._server_tools: list[BaseTool[Any, Any]] = []
-        self._all: tuple[BaseTool[Any, Any], ...] = tuple(self._static)  # made when the tools change, not per request
+        self._tools_changed()
+
+    def _tools_changed(self) -> None:
+        # What every request reads, made when the tools change, not per request.
+        self._all: tuple[BaseTool[Any, Any], ...] = (*self._static, *self._server_tools)
         self._names = frozenset(tool.name for tool in self._all)
 
     @classmethod
@@ -92,8 +96,7 @@ class ServiceTools:
             schemas = await server.start()
             logger.info("MCP server %r started with tools: %s", server.name, ", ".join(s["name"] for s in schemas))
             self._server_tools += [tool for tool in server.tools() if tool.name not in static_names]
-            self._all = (*self._static, *self._server_tools)
-            self._names = frozenset(tool.name for tool in self._all)
+            self._tools_changed()
 
     async def close(self) -> None:
         for server in self._servers:
