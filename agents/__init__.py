@@ -24,6 +24,7 @@ Public API:
   from two sources is joined);
 - :class:`RunToken` — a run's cancellation token (forgets the futures it linked once they are done);
 - :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
+- :func:`random_id` — a random id for what a client sees (requests, responses, their items);
 - errors: :class:`UpstreamError` and its subclasses, :class:`TeamLoadError`, :class:`RunNotBoundError`.
 """
 
@@ -32,6 +33,7 @@ from .answer_reasoning import ModelReasoning, ReasonedAssistantMessage
 from .base import DuetAgentOptions
 from .cancellation import RunToken
 from .conversation import ConversationError, ImageURL, conversation_from_openai
+from .ids import random_id
 from .duet import Duet
 from .errors import (
     DuetError,
@@ -141,6 +143,7 @@ __all__ = [
     "build_team",
     "export_team",
     "conversation_from_openai",
+    "random_id",
     "current_run",
     "load_team",
     "load_team_config",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Sequence
 
@@ -33,6 +32,7 @@ from .continuations import (
 )
 from .conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results
 from .events import DuetEvent, Failed, Finished, FinishReason
+from .ids import random_id
 from .messages import AnswerReply, ClientHandoff, GroundingReply, ReasoningReply, read_reply, task_messages
 from .observe import RunObserver, request_sent_hook
 from .pool import TeamPool, TeamSlot
@@ -204,7 +204,7 @@ class Duet:
         else:
             client_tools = proxy_tools_from_openai(tools)  # type: ignore[arg-type]
         channel = EventChannel()
-        request = RequestContext(request_id=request_id or uuid.uuid4().hex, user=user, pipeline=self.name)
+        request = RequestContext(request_id=request_id or random_id(), user=user, pipeline=self.name)
         run = DuetRun(
             emit=channel.emit,
             room=channel.room,

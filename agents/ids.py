@@ -1,8 +1,9 @@
-"""Unique ids for the messages of a run, without a system call each."""
+"""Ids: those of a run's messages (without a system call each), and random ones for what clients see."""
 
 from __future__ import annotations
 
 import itertools
+import secrets
 import uuid
 
 _HEAD = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-": a version-4 UUID's head, drawn once per process
@@ -19,3 +20,9 @@ def new_message_id() -> str:
     True
     """
     return f"{_HEAD}{next(_COUNT):012x}"
+
+
+def random_id() -> str:
+    """32 random hex digits, as ``uuid4().hex`` gives, without the UUID object: the ids clients see
+    (request, response and Responses item ids), which must not be guessable from one another."""
+    return secrets.token_hex(16)

@@ -17,7 +17,6 @@ it starts; its keep-alive bytes). Chat Completions is :mod:`duet.api.chat`; the 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Generic, Iterable, Mapping, Protocol, TypeVar
@@ -28,7 +27,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput, RunToken
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput, RunToken, random_id
 from duet.workbenches import ProxyTool
 
 from .chunks import PING
@@ -229,7 +228,7 @@ class Service:
             # tells of a client that is gone already before the run's first step runs.
             token = RunToken()
             disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
-            response_id = f"{protocol.id_prefix}{secrets.token_hex(16)}"
+            response_id = f"{protocol.id_prefix}{random_id()}"
             try:
                 run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
                                  request_id=response_id, user=run_request.user, cancellation_token=token,

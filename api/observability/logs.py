@@ -13,12 +13,11 @@ import json
 import logging
 import os
 import re
-import secrets
 import time
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from duet.agents import mask_secrets
+from duet.agents import mask_secrets, random_id
 
 LogFormat = Literal["text", "json"]
 
@@ -34,7 +33,7 @@ def request_id_from(header: bytes | None) -> str:
     a response header."""
     if header is not None and _USABLE_ID.fullmatch(header):
         return header.decode("ascii")
-    return secrets.token_hex(16)  # what uuid4().hex gives a client, without the UUID object
+    return random_id()
 
 
 def current_request_id() -> str | None:

@@ -13,12 +13,11 @@ failure before the first byte is the HTTP error, after it ``response.failed``.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from typing import Any
 
 from duet.agents.wire_json import dumps as _json
-from duet.agents import ToolCall
+from duet.agents import ToolCall, random_id
 
 from ..chunks import ChunkWriter
 from ..errors import APIError
@@ -110,13 +109,13 @@ class ResponseFold:
 
     def reasoning(self, text: str) -> None:
         if not isinstance(self._open, ReasoningItem):
-            self._open_item(ReasoningItem(id=f"rs_{secrets.token_hex(16)}", summary=[], status="in_progress"))
+            self._open_item(ReasoningItem(id=f"rs_{random_id()}", summary=[], status="in_progress"))
         self._texts.append(text)
         self._text_delta(text)
 
     def content(self, text: str) -> None:
         if not isinstance(self._open, MessageItem):
-            self._open_item(MessageItem(id=f"msg_{secrets.token_hex(16)}", status="in_progress", content=[]))
+            self._open_item(MessageItem(id=f"msg_{random_id()}", status="in_progress", content=[]))
         self._texts.append(text)
         self._text_delta(text)
 
@@ -125,10 +124,10 @@ class ResponseFold:
         client = self._client_tools.get(call.name) or ClientTool("function", call.name)
         item: OutputItem
         if client.kind == "custom":
-            item = CustomToolCallItem(id=f"ctc_{secrets.token_hex(16)}", status="in_progress", call_id=call.id, name=client.name,
+            item = CustomToolCallItem(id=f"ctc_{random_id()}", status="in_progress", call_id=call.id, name=client.name,
                                       input="", namespace=client.namespace)
         else:
-            item = FunctionCallItem(id=f"fc_{secrets.token_hex(16)}", status="in_progress", call_id=call.id, name=client.name,
+            item = FunctionCallItem(id=f"fc_{random_id()}", status="in_progress", call_id=call.id, name=client.name,
                                     arguments="", namespace=client.namespace)
         self.response.output.append(item)
         self._opened(item)
