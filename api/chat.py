@@ -43,7 +43,7 @@ def answer_options(request: ChatCompletionRequest, tools: list[ProxyTool], servi
     if not request.model_fields_set.isdisjoint(ANSWER_MODEL_FIELDS):  # a field left out is None: only the sent are read
         for name in ANSWER_MODEL_FIELDS:
             value = getattr(request, name)
-            if value is not None:
+            if value is not None and value != []:  # an empty stop list asks for nothing, and OpenAI refuses one
                 create_args[name] = value.as_sent() if isinstance(value, ResponseFormat) else value
     has_tools = bool(tools or service_tool_names)
     if has_tools and request.parallel_tool_calls is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -28,10 +29,15 @@ from pydantic import (
     model_validator,
 )
 
-from duet.workbenches import ContentCache, content_key
+from duet.workbenches import ContentCache, content_key, json_schema_problem, parameters_problem
 
 INT64_MAX = 2**63 - 1
-"""OpenAI's integer fields are int64: a larger number is refused here, not by the answer model."""
+"""OpenAI's integer fields are int64 (``seed``): a larger number is refused here, not by the answer model."""
+MAX_TOKENS_LIMIT = 2**31 - 1
+"""OpenAI's token counts (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``) are int32: an
+upstream refuses more, after the reasoner ran; Duet refuses it first. Anthropic's ``max_tokens`` too."""
+MAX_STOP_SEQUENCES = 4
+"""OpenAI's ``stop`` holds at most 4 sequences (Anthropic's ``stop_sequences`` become it)."""
 
 
 def _null_is_false(value: Any) -> Any:
@@ -55,20 +61,10 @@ class FunctionDefinition(_Lenient):
     @field_validator("parameters")
     @classmethod
     def _object_schema(cls, parameters: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
-        """A function's arguments are one JSON object: its schema may not say otherwise."""
-        if parameters is None:
-            return None
-        if "type" in parameters and parameters["type"] != "object":
-            raise ValueError("must be a JSON Schema of type 'object'")
-        properties = parameters.get("properties", {})
-        if not isinstance(properties, dict):
-            raise ValueError("properties must be an object")
-        for name, schema in properties.items():  # JSON Schema: each is an object or a boolean
-            if not isinstance(schema, (dict, bool)):
-                raise ValueError(f"properties.{name[:100]} must be a JSON Schema (an object or a boolean)")
-        required = parameters.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
-            raise ValueError("required must be a list of property names")
+        """A function's arguments are one JSON object, described by a valid JSON Schema whose
+        references resolve: what an upstream would refuse after the reasoner ran is refused here."""
+        if parameters is not None and (problem := parameters_problem(parameters)) is not None:
+            raise ValueError(problem)
         return parameters
 
 
@@ -90,12 +86,22 @@ class StreamOptions(_Lenient):
     include_usage: NullableBool = False
 
 
+def _valid_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    if (problem := json_schema_problem(schema)) is not None:
+        raise ValueError(problem)
+    return schema
+
+
+JSONSchema = Annotated[dict[str, Any], AfterValidator(_valid_json_schema)]
+"""A response format's schema: refused here when an upstream would refuse it (:func:`~duet.workbenches.json_schema_problem`)."""
+
+
 class JSONSchemaFormat(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: Optional[str] = None
-    schema_: Optional[dict[str, Any]] = Field(None, alias="schema")
+    schema_: Optional[JSONSchema] = Field(None, alias="schema")
     strict: Optional[bool] = None
 
 
@@ -176,9 +182,9 @@ class ChatCompletionRequest(_Lenient):
     n: Optional[int] = Field(None, ge=1, le=1, description="Only one choice is produced.")
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, ge=0, le=1)
-    max_tokens: Optional[int] = Field(None, ge=1, le=INT64_MAX)
-    max_completion_tokens: Optional[int] = Field(None, ge=1, le=INT64_MAX)
-    stop: Optional[Union[str, Annotated[list[str], Field(max_length=4)]]] = None
+    max_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    stop: Optional[Union[str, Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)]]] = None
     presence_penalty: Optional[float] = Field(None, ge=-2, le=2)
     frequency_penalty: Optional[float] = Field(None, ge=-2, le=2)
     seed: Optional[int] = Field(None, ge=-INT64_MAX - 1, le=INT64_MAX)

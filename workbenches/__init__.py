@@ -5,6 +5,7 @@ Public API:
 - :class:`DuetWorkbench` — the shared ``StaticStreamWorkbench``: client tools beside service tools;
 - client tools: :class:`ProxyTool` (a client's schema, passed through verbatim), :func:`proxy_tools_from_openai`
   (built once per distinct entry and list: :class:`ContentCache`, :func:`content_key`), :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject),
+  :func:`parameters_problem` and :func:`json_schema_problem` (what an upstream would refuse in a tool's or a response format's schema),
   :class:`CachingToolSchema` and :func:`derived_from` (what readers derive from a client tool's schema, derived once);
 - service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import path),
   :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpServiceTool` / :class:`HttpToolSettings` (HTTP endpoints),
@@ -33,6 +34,7 @@ from .proxy_tool import (
     derived_from,
     model_safe_name,
 )
+from .parameter_schemas import json_schema_problem, parameters_problem
 from .service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
 from .tool_schemas import ContentCache, content_key, proxy_tools_from_openai
 
@@ -60,7 +62,9 @@ __all__ = [
     "content_key",
     "derived_from",
     "function_tools",
+    "json_schema_problem",
     "model_safe_name",
+    "parameters_problem",
     "proxy_tools_from_openai",
     "service_tool",
     "stop_shared_servers",

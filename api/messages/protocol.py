@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..protocol import INT64_MAX, NullableBool, Omitted, _Response
+from ..protocol import MAX_STOP_SEQUENCES, MAX_TOKENS_LIMIT, NullableBool, Omitted, _Response
 
 
 class _Lenient(BaseModel):
@@ -70,13 +70,14 @@ class MessagesRequest(_Lenient):
     (OpenAI-compatible upstreams have no such parameter)."""
 
     model: str = Field(min_length=1, max_length=256)
-    max_tokens: int = Field(ge=1, le=INT64_MAX)
+    max_tokens: int = Field(ge=1, le=MAX_TOKENS_LIMIT)
     messages: list[dict[str, Any]] = Field(min_length=1)
     system: Optional[Union[str, list[dict[str, Any]]]] = None
     stream: NullableBool = False
     tools: Optional[list[ToolDefinition]] = None
     tool_choice: Optional[ToolChoice] = Field(None, discriminator="type")
-    stop_sequences: Optional[list[str]] = None
+    # The answer model gets them as OpenAI's ``stop``, which takes at most 4: more is refused, not cut.
+    stop_sequences: Optional[list[str]] = Field(None, max_length=MAX_STOP_SEQUENCES)
     temperature: Optional[float] = Field(None, ge=0, le=1)
     top_p: Optional[float] = Field(None, ge=0, le=1)
     top_k: Optional[int] = Field(None, ge=0)
@@ -87,7 +88,7 @@ class MessagesRequest(_Lenient):
 class CountTokensRequest(MessagesRequest):
     """``POST /v1/messages/count_tokens``: the same request, without ``max_tokens``."""
 
-    max_tokens: int = Field(1, ge=1, le=INT64_MAX)
+    max_tokens: int = Field(1, ge=1, le=MAX_TOKENS_LIMIT)
 
 
 # ---- Responses -------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ events are written by :mod:`duet.api.responses.writers` from the same item model
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ..protocol import INT64_MAX, NullableBool
+from ..protocol import MAX_TOKENS_LIMIT, JSONSchema, NullableBool
 
 HOSTED_TOOL_TYPES = frozenset({
     "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11", "file_search",
@@ -24,6 +24,10 @@ HOSTED_TOOL_TYPES = frozenset({
 })
 """Tools OpenAI runs itself. The answer model cannot be handed them: they are dropped (a service tool
 configured in the pipeline, say one named ``web_search``, stands in for one)."""
+
+
+MetadataKey = Annotated[str, StringConstraints(max_length=64)]
+MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 
 
 class _Lenient(BaseModel):
@@ -37,7 +41,7 @@ class TextFormat(BaseModel):
 
     type: Literal["text", "json_object", "json_schema"]
     name: Optional[str] = Field(None, pattern=r"^[a-zA-Z0-9_-]{1,64}$")
-    schema_: Optional[dict[str, Any]] = Field(None, alias="schema")
+    schema_: Optional[JSONSchema] = Field(None, alias="schema")
     description: Optional[str] = None
     strict: Optional[bool] = None
 
@@ -76,12 +80,12 @@ class ResponsesRequest(_Lenient):
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Union[Literal["none", "auto", "required"], NamedToolChoice]] = None
     parallel_tool_calls: Optional[bool] = None
-    max_output_tokens: Optional[int] = Field(None, ge=1, le=INT64_MAX)
+    max_output_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, ge=0, le=1)
     text: Optional[TextConfig] = None
     reasoning: Optional[dict[str, Any]] = None  # accepted: the reasoning model's own settings govern
-    metadata: Optional[dict[str, str]] = Field(None, max_length=16)
+    metadata: Optional[dict[MetadataKey, MetadataValue]] = Field(None, max_length=16)  # as OpenAI bounds it
     user: Optional[str] = None
     store: Optional[bool] = None  # default: true
     include: Optional[list[str]] = None
