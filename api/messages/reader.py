@@ -147,7 +147,8 @@ def chat_messages_of(request: MessagesRequest) -> list[dict[str, Any]]:
 
 
 def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
-    """``content`` as a list of blocks (a string is one text block)."""
+    """``content`` as a list of blocks (a string is one text block), each an object with a string
+    ``type`` (a list or an object there is no type, and must never reach a lookup by name)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
@@ -155,6 +156,8 @@ def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     for index, block in enumerate(content):
         if not isinstance(block, dict):
             raise APIError(400, f"{param}.{index}: a content block must be an object", param=f"{param}.{index}")
+        if not isinstance(block.get("type"), str):
+            raise APIError(400, f"{param}.{index}.type: a content block needs a string type", param=f"{param}.{index}.type")
     return content
 
 

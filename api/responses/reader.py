@@ -48,6 +48,22 @@ def flat_name(namespace: str | None, name: str) -> str:
     return namespace + name if namespace.endswith(("_", "-", ".", "/")) else f"{namespace}__{name}"
 
 
+def kind_of(item: Mapping[str, Any], param: str, default: str | None = None) -> str | None:
+    """``item``'s ``type``: a string, or ``default`` when there is none. Anything else is a 400: a list
+    or an object is no type, and must never reach a lookup by name (in a set: unhashable) or a string method."""
+    kind = item.get("type", default)
+    if kind is None or isinstance(kind, str):
+        return kind
+    raise APIError(400, f"{param}.type: must be a string", param=f"{param}.type", code="invalid_request")
+
+
+def _namespace(item: Mapping[str, Any], param: str) -> str | None:
+    namespace = item.get("namespace")
+    if namespace is None or isinstance(namespace, str):
+        return namespace
+    raise APIError(400, f"{param}.namespace: must be a string", param=f"{param}.namespace", code="invalid_request")
+
+
 def _function_tool(tool: Mapping[str, Any], param: str) -> dict[str, Any]:
     try:
         definition = FunctionDefinition.model_validate(
@@ -74,10 +90,13 @@ def _custom_tool(tool: Mapping[str, Any], param: str) -> dict[str, Any]:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
         raise APIError(400, f"{param}.name: a custom tool needs a name", param=f"{param}.name", code="invalid_request")
-    description = tool.get("description") or ""
-    fmt = tool.get("format")
-    if isinstance(fmt, Mapping) and fmt.get("type") == "grammar":  # the model is told the grammar it cannot be held to
-        description += f"\n\nThe input follows this {fmt.get('syntax', '')} grammar:\n{fmt.get('definition', '')}"
+    description = tool.get("description")
+    if description is not None and not isinstance(description, str):
+        raise APIError(400, f"{param}.description: must be a string", param=f"{param}.description", code="invalid_request")
+    description = description or ""
+    grammar = _custom_grammar(tool.get("format"), f"{param}.format")
+    if grammar is not None:  # the model is told the grammar it cannot be held to
+        description += f"\n\nThe input follows this {grammar[0]} grammar:\n{grammar[1]}"
     return {
         "name": name,
         "description": description.strip(),
@@ -90,6 +109,23 @@ def _custom_tool(tool: Mapping[str, Any], param: str) -> dict[str, Any]:
     }
 
 
+def _custom_grammar(fmt: Any, param: str) -> tuple[str, str] | None:
+    """A custom tool's ``format``: none or ``{"type": "text"}`` (``None``), or a grammar's syntax and
+    definition, as OpenAI takes them (anything else it refuses)."""
+    if fmt is None:
+        return None
+    kind = kind_of(fmt, param) if isinstance(fmt, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "grammar":
+        syntax, definition = fmt.get("syntax"), fmt.get("definition")
+        if syntax in ("lark", "regex") and isinstance(definition, str):
+            return syntax, definition
+        raise APIError(400, f"{param}: a grammar needs a syntax ('lark' or 'regex') and a string definition", param=param,
+                       code="invalid_request")
+    raise APIError(400, f"{param}: must be {{\"type\": \"text\"}} or a grammar", param=param, code="invalid_request")
+
+
 def read_tools(tools: Sequence[Any], max_tools: int) -> tuple[list[dict[str, Any]], dict[str, ClientTool]]:
     """The request's tools as Chat Completions tools, and what each (by the name the model sees) is
     to the client. Hosted tools are dropped; any other unknown type is a 400 naming it."""
@@ -97,7 +133,7 @@ def read_tools(tools: Sequence[Any], max_tools: int) -> tuple[list[dict[str, Any
     client_tools: dict[str, ClientTool] = {}
 
     def add(tool: Mapping[str, Any], param: str, namespace: str | None) -> None:
-        kind = tool.get("type")
+        kind = kind_of(tool, param)
         if kind == "function":
             function = _function_tool(tool, param)
         elif kind == "custom":
@@ -117,7 +153,7 @@ def read_tools(tools: Sequence[Any], max_tools: int) -> tuple[list[dict[str, Any
         param = f"tools[{index}]"
         if not isinstance(tool, Mapping):
             raise APIError(400, f"{param}: each tool must be an object", param=param, code="invalid_request")
-        kind = tool.get("type")
+        kind = kind_of(tool, param)
         if kind in ("function", "custom"):
             add(tool, param, None)
         elif kind == "namespace":
@@ -231,7 +267,7 @@ def messages_from_items(items: Sequence[Any], instructions: str | None, origins:
     for item, param in zip(items, origins):
         if not isinstance(item, Mapping):
             raise APIError(400, f"{param}: each input item must be an object", param=param, code="invalid_request")
-        kind = item.get("type", "message" if "role" in item else None)
+        kind = kind_of(item, param, "message" if "role" in item else None)
         if kind == "message":
             role = item.get("role")
             content = item.get("content")
@@ -244,14 +280,14 @@ def messages_from_items(items: Sequence[Any], instructions: str | None, origins:
             else:
                 raise APIError(400, f"{param}.role: unsupported role {str(role)[:32]!r}", param=f"{param}.role", code="invalid_request")
         elif kind == "function_call":
-            name = flat_name(item.get("namespace"), _string(item, "name", param))
+            name = flat_name(_namespace(item, param), _string(item, "name", param))
             arguments = item.get("arguments")
             if arguments is not None and not isinstance(arguments, str):
                 raise APIError(400, f"{param}.arguments: must be a JSON string", param=f"{param}.arguments", code="invalid_request")
             out.call({"id": _string(item, "call_id", param), "type": "function",
                       "function": {"name": name, "arguments": arguments or "{}"}}, param)
         elif kind == "custom_tool_call":
-            name = flat_name(item.get("namespace"), _string(item, "name", param))
+            name = flat_name(_namespace(item, param), _string(item, "name", param))
             text = item.get("input")
             if not isinstance(text, str):
                 raise APIError(400, f"{param}.input: must be a string", param=f"{param}.input", code="invalid_request")
@@ -318,8 +354,8 @@ def answer_options(request: ResponsesRequest, tools: list[ProxyTool], service_to
             tool_choice = tool_choice_alias(flat_name(choice.namespace, choice.name), tools, service_tool_names,
                                             "tool_choice")
         elif choice.type == "allowed_tools":
-            allowed = {flat_name(t.get("namespace"), t["name"]) for t in choice.tools or [] if isinstance(t, Mapping)
-                       and isinstance(t.get("name"), str)}
+            allowed = {flat_name(_namespace(t, "tool_choice.tools"), t["name"]) for t in choice.tools or []
+                       if isinstance(t, Mapping) and isinstance(t.get("name"), str)}
             tools = [tool for tool in tools if tool.client_name in allowed]
             tool_choice = choice.mode or "auto"
         elif choice.type not in HOSTED_TOOL_TYPES:
