@@ -29,7 +29,8 @@ from .health import Readiness
 from .limits import RequestGate
 from .responses import Responses, ResponseStore
 from .observability import Observability, ObservedRequests, add_metrics_route, flush_traces
-from .routes import add_routes, as_asgi
+from .openapi import add_protocol_paths
+from .routes import add_routes, as_asgi, error_shapes
 from .serving import Service
 from .settings import ConfigError, ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
@@ -65,6 +66,12 @@ class DuetApp(FastAPI):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._direct: dict[str, ASGIApp] = {}
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's document, with the protocol routes it cannot see (plain Starlette routes); made once."""
+        if self.openapi_schema is None:
+            self.openapi_schema = add_protocol_paths(super().openapi())
+        return self.openapi_schema
 
     def serve_directly(self, path: str, app: ASGIApp) -> None:
         """POSTs to ``path`` (with or without a trailing slash) go to ``app`` alone."""
@@ -182,7 +189,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app = DuetApp(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.",
                   lifespan=lifespan, redirect_slashes=False, **docs)
     app.state.gate = gate  # the server tells it when to drain and when to stop (api/server.py)
-    install_error_handlers(app)
+    install_error_handlers(app, error_shapes())
     if options.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=options.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"], max_age=600)

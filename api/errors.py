@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -159,24 +159,42 @@ def install_secret_masking(api_keys: Iterable[str] = ()) -> None:
     logging.setLogRecordFactory(masked_record)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Every error FastAPI or Starlette would render their own way gets the OpenAI shape."""
+ErrorShape = Callable[[APIError, Optional[dict[str, str]]], Response]
+"""A protocol's error body for an :class:`APIError` (and extra headers): its ``error_response``."""
+
+
+def _openai_shape(error: APIError, headers: dict[str, str] | None) -> Response:
+    return error.response(headers=headers)
+
+
+def install_error_handlers(app: FastAPI, shapes: Mapping[str, ErrorShape] | None = None) -> None:
+    """Every error FastAPI or Starlette would render their own way (an unknown path, a method the
+    path does not take, a bug) gets the shape of the protocol whose path it is: ``shapes`` by path
+    prefix (``/v1/messages`` and every path under it: Anthropic's), else OpenAI's."""
+    prefixes = tuple((prefix, prefix + "/", shape) for prefix, shape in (shapes or {}).items())
+
+    def respond(request: Request, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        path = request.scope.get("path", "")
+        for prefix, under, shape in prefixes:
+            if path == prefix or path.startswith(under):
+                return shape(error, headers)
+        return _openai_shape(error, headers)
 
     @app.exception_handler(APIError)
-    async def api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+    async def api_error(request: Request, exc: APIError) -> Response:
+        return respond(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return APIError(exc.status_code, str(exc.detail), code=code).response(headers=getattr(exc, "headers", None))
+        return respond(request, APIError(exc.status_code, str(exc.detail), code=code), getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         param = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or None
-        return APIError(400, str(first.get("msg")), param=param, code="invalid_request").response()
+        return respond(request, APIError(400, str(first.get("msg")), param=param, code="invalid_request"))
 
     @app.exception_handler(Exception)
-    async def unexpected_error(_: Request, exc: Exception) -> JSONResponse:
-        return as_api_error(exc).response()
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        return respond(request, as_api_error(exc))

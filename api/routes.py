@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from duet.agents import Duet
 
 from .auth import BearerAuth
-from .errors import as_api_error
+from .errors import ErrorShape, as_api_error
 from .health import Readiness
 from .limits import RequestGate
 from .messages import AnthropicMessages, count_tokens
@@ -48,6 +48,13 @@ def as_asgi(endpoint: Endpoint) -> ASGIApp:
         await response(scope, receive, send)
 
     return app
+
+
+def error_shapes() -> dict[str, ErrorShape]:
+    """The error body of each protocol whose shape is not OpenAI's, by the path prefix it answers
+    under (with and without ``/v1``): for unknown paths and methods there too."""
+    anthropic = AnthropicMessages().error_response
+    return {"/v1/messages": anthropic, "/messages": anthropic}
 
 
 def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: RequestGate, pipelines: Mapping[str, Duet],
