@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Sequence
 
+from tests.openai_rules import refusal
+
 Fault = Literal["disconnect", "stall", "error_event", "garbage", "stall_after_done"]  # the last: [DONE], then a body that never ends
 Body = Literal["html", "completion", "only_done", "error_object"]
 
@@ -92,6 +94,7 @@ class RecordedRequest:
     bytes_written: int = 0  # of the streamed body, handed to the socket so far
     stalled_since: float | None = None  # a write has waited since then for the client to take it (monotonic)
     longest_stall: float = 0.0  # the longest such wait, in seconds, once it ended
+    refused: str | None = None  # why OpenAI would refuse this request (with enforce_openai_rules): it was answered 400
 
     def stalled_for(self) -> float:
         """How long the write now waiting for the client has waited (0 when none waits)."""
@@ -127,6 +130,7 @@ class ScriptedUpstream:
         self._connections: set[asyncio.StreamWriter] = set()
         self.models_reply: Reply | None = None  # how GET /models answers (its status, delay, ...); None: a list
         self._wants_reasoning_back: dict[str, str] = {}  # model -> the field its tool-call turns must carry
+        self._openai_rules = False
 
     # -- scripting -----------------------------------------------------------------------------
     def script(self, model: str, *replies: Reply | Responder) -> None:
@@ -140,6 +144,15 @@ class ScriptedUpstream:
         with self._lock:
             self._wants_reasoning_back[model] = field
 
+    def enforce_openai_rules(self, enforce: bool = True) -> None:
+        """Makes every model refuse, as OpenAI does (HTTP 400 ``invalid_request_error``), a request
+        that breaks OpenAI's documented rules (:mod:`tests.openai_rules`); the record says why."""
+        self._openai_rules = enforce
+
+    def refused_requests(self) -> list[RecordedRequest]:
+        """The requests refused by :meth:`enforce_openai_rules`'s rules."""
+        return [r for r in self.requests if r.refused is not None]
+
     def set_default(self, responder: Responder) -> None:
         self._responder = responder
 
@@ -150,6 +163,7 @@ class ScriptedUpstream:
             self._responder = default_responder
             self.models_reply = None
             self._wants_reasoning_back.clear()
+            self._openai_rules = False
 
     def requests_for(self, model: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.model == model]
@@ -276,8 +290,8 @@ class ScriptedUpstream:
             model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic(), peer_port=peer_port
         )
         self.requests.append(record)
-        missing = self._missing_reasoning(body)
-        reply = self._next_reply(body) if missing is None else missing
+        refused = self._refusal(body, record)
+        reply = refused or self._missing_reasoning(body) or self._next_reply(body)
         if reply.drop_connection:
             record.aborted = True
             record.ended.set()
@@ -310,6 +324,15 @@ class ScriptedUpstream:
         finally:
             record.finished_at = time.monotonic()
             record.ended.set()
+
+    def _refusal(self, body: dict[str, Any], record: RecordedRequest) -> Reply | None:
+        """OpenAI's 400 for a request its documented rules refuse (with :meth:`enforce_openai_rules`)."""
+        if not self._openai_rules:
+            return None
+        record.refused = refusal(body)
+        if record.refused is None:
+            return None
+        return Reply(status=400, error_type="invalid_request_error", error_code="invalid_request_error", error_message=record.refused)
 
     def _missing_reasoning(self, body: dict[str, Any]) -> Reply | None:
         """DeepSeek's refusal of a thinking-mode request whose tool-call turn lacks its reasoning."""
