@@ -46,6 +46,8 @@ def _components() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         (chat.ChatCompletionRequest, "validation"), (chat.ChatCompletion, "serialization"),
         (chat.ChatCompletionChunk, "serialization"), (chat.ErrorBody, "serialization"), (chat.ModelList, "serialization"),
         (responses.ResponsesRequest, "validation"), (responses.Response, "serialization"),
+        *((item, "serialization") for item in (responses.ReasoningItem, responses.MessageItem, responses.FunctionCallItem,
+                                                responses.CustomToolCallItem)),
         (messages.MessagesRequest, "validation"), (messages.CountTokensRequest, "validation"),
         (messages.Message, "serialization"), (messages.CountTokensResponse, "serialization"),
         (messages.ErrorBody, "serialization"),
@@ -67,11 +69,36 @@ def _errors(error: dict[str, Any], statuses: tuple[str, ...] = tuple(_ERROR_STAT
     return {status: {"description": _ERROR_STATUSES[status], "content": _json(error)} for status in statuses}
 
 
-def _stream(description: str, event: dict[str, Any] | None = None) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string", "description": description}
-    if event is not None:
-        schema["x-event-schema"] = event  # the JSON of each event's data (OpenAPI 3.1 has no schema for SSE items)
-    return {"text/event-stream": {"schema": schema}}
+RESPONSES_EVENTS = [
+    "response.created", "response.in_progress", "response.output_item.added", "response.output_item.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_part.done", "response.reasoning_summary_text.delta",
+    "response.reasoning_summary_text.done", "response.content_part.added", "response.content_part.done",
+    "response.output_text.delta", "response.output_text.done", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+    "response.completed", "response.incomplete", "response.failed",
+]
+MESSAGES_EVENTS = ["message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop",
+                   "ping", "error"]
+
+
+def _json_text(schema: dict[str, Any]) -> dict[str, Any]:
+    """An event's ``data``: JSON text, and the schema of the JSON."""
+    return {"type": "string", "contentMediaType": "application/json", "contentSchema": schema}
+
+
+def _stream(description: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A ``text/event-stream`` answer whose ``schema`` is each event's (``event``, ``data``, ``id``),
+    as tools read it before OpenAPI 3.2's ``itemSchema``."""
+    return {"text/event-stream": {"schema": {"description": description, **event}}}
+
+
+def _chat_event(chunk: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
+    data = {"if": {"const": "[DONE]"}, "then": True, "else": _json_text({"anyOf": [chunk, error]})}
+    return {"type": "object", "required": ["data"], "properties": {"event": {"const": "message"}, "data": data}}
+
+
+def _named_event(names: list[str], data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": ["event", "data"], "properties": {"event": {"enum": names}, "data": _json_text(data)}}
 
 
 def _post(summary: str, request: dict[str, Any], answer: dict[str, Any], stream: dict[str, Any] | None,
@@ -92,15 +119,25 @@ def protocol_paths(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return refs[f"{model.__module__}.{model.__qualname__}"]
 
     openai_error, anthropic_error = ref(chat.ErrorBody), ref(messages.ErrorBody)
+    items = [ref(item) for item in (responses.ReasoningItem, responses.MessageItem, responses.FunctionCallItem, responses.CustomToolCallItem)]
+    responses_event = _named_event(RESPONSES_EVENTS, {
+        "type": "object", "required": ["type", "sequence_number"],
+        "properties": {"type": {"enum": RESPONSES_EVENTS}, "sequence_number": {"type": "integer", "minimum": 0},
+                       "response": ref(responses.Response), "item": {"anyOf": items}, "output_index": {"type": "integer", "minimum": 0},
+                       "item_id": {"type": "string"}, "delta": {"type": "string"}, "text": {"type": "string"}}})
+    messages_event = _named_event(MESSAGES_EVENTS, {
+        "type": "object", "required": ["type"],
+        "properties": {"type": {"enum": MESSAGES_EVENTS}, "message": ref(messages.Message), "index": {"type": "integer", "minimum": 0},
+                       "error": {"$ref": _REF.format(model="AnthropicErrorDetail")}}})
     return {
         "/v1/chat/completions": _post(
             "OpenAI Chat Completions", ref(chat.ChatCompletionRequest), ref(chat.ChatCompletion),
             _stream("`data: {chat.completion.chunk}` events, `: ping` keep-alives, `data: [DONE]`; after the stream began, an "
-                    "error is one `data: {\"error\": …}` event.", ref(chat.ChatCompletionChunk)), openai_error),
+                    "error is one `data: {\"error\": …}` event.", _chat_event(ref(chat.ChatCompletionChunk), openai_error)), openai_error),
         "/v1/responses": _post(
             "OpenAI Responses", ref(responses.ResponsesRequest), ref(responses.Response),
             _stream("`event: response.*` events with `sequence_number`, `: ping` keep-alives; after the stream began, an error "
-                    "is one `response.failed` event."), openai_error),
+                    "is one `response.failed` event.", responses_event), openai_error),
         "/v1/responses/{response_id}": {"get": {
             "summary": "A stored response",
             "security": _SECURITY,
@@ -111,7 +148,7 @@ def protocol_paths(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "/v1/messages": _post(
             "Anthropic Messages", ref(messages.MessagesRequest), ref(messages.Message),
             _stream("Named events (`message_start`, `content_block_*`, `message_delta`, `message_stop`), `event: ping` "
-                    "keep-alives; after the stream began, an error is one `event: error`."), anthropic_error),
+                    "keep-alives; after the stream began, an error is one `event: error`.", messages_event), anthropic_error),
         "/v1/messages/count_tokens": _post(
             "Anthropic token count (an estimate; no model is called)", ref(messages.CountTokensRequest),
             ref(messages.CountTokensResponse), None, anthropic_error),
