@@ -13,7 +13,7 @@ holds it equal to these models.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, Callable, ClassVar, Literal, Optional, Union
 
 from pydantic import (
     AfterValidator,
@@ -136,17 +136,22 @@ class KnownTools(list):  # type: ignore[type-arg]
 
 
 MAX_KNOWN_TOOL_LISTS = 256
-_known_tool_lists: ContentCache[KnownTools] = ContentCache(MAX_KNOWN_TOOL_LISTS, 8 * 1024 * 1024)
 
 
-def _validated_once(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """A tool list is validated once per content: a client sends the same tools with every request,
-    and checking 128 tool schemas costs about as much as parsing them."""
-    key = content_key(value) if type(value) is list else None
-    if key is None:
-        return handler(value)
-    # Validated from a private copy (the request's body is not kept); an invalid list raises, and is never kept.
-    return _known_tool_lists.get_or_make(value, lambda copy: KnownTools(handler(copy), key), key)
+def validated_once() -> Callable[[Any, ValidatorFunctionWrapHandler], Any]:
+    """A wrap validator for one field's tool list, validated once per content: a client sends the same
+    tools with every request, and checking 128 tool schemas costs about as much as parsing them. Each
+    field has its cache (a list valid as two fields' types is validated as each)."""
+    known: ContentCache[KnownTools] = ContentCache(MAX_KNOWN_TOOL_LISTS, 8 * 1024 * 1024)
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        key = content_key(value) if type(value) is list else None
+        if key is None:
+            return handler(value)
+        # Validated from a private copy (the request's body is not kept); an invalid list raises, and is never kept.
+        return known.get_or_make(value, lambda copy: KnownTools(handler(copy), key), key)
+
+    return validate
 
 
 TokenId = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,10}$")]
@@ -192,7 +197,8 @@ class ChatCompletionRequest(_Lenient):
     user: Optional[str] = None
     logit_bias: Optional[dict[TokenId, Bias]] = None
 
-    _tools_once = field_validator("tools", "functions", mode="wrap")(_validated_once)
+    _tools_once = field_validator("tools", mode="wrap")(validated_once())
+    _functions_once = field_validator("functions", mode="wrap")(validated_once())
 
     @property
     def legacy_functions(self) -> bool:

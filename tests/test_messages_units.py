@@ -24,6 +24,8 @@ from duet.api.errors import APIError, as_api_error
 from duet.api.messages import MessageFold, MessageStreamWriter, error_body, estimate_input_tokens, read_input
 from duet.api.messages.protocol import Message, MessagesRequest, thinking_signature
 from duet.api.messages.reader import answer_options
+from duet.api.messages.service import parse_messages
+from duet.api.settings import ServiceOptions
 from duet.api.messages.stream import PING
 from duet.api.rendering import Renderer
 from duet.workbenches import model_safe_name
@@ -279,8 +281,9 @@ def test_client_tools_come_from_input_schema_and_anthropics_own_tools_are_droppe
     ({"tools": [{"name": "f", "input_schema": {"type": "object"}}, {"name": "f", "input_schema": {"type": "object"}}]}, "tools"),
 ])
 def test_unusable_input_is_a_400_naming_the_param(fields: dict[str, Any], param: str) -> None:
-    with pytest.raises(APIError) as raised:
-        read_input(request(**fields))
+    body = {"model": MODEL, "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}], **fields}
+    with pytest.raises(APIError) as raised:  # by the request model (a tool schema) or by the reader
+        parse_messages(json.dumps(body).encode(), ServiceOptions())
     assert raised.value.status == 400 and raised.value.detail.param == param, raised.value.detail
 
 

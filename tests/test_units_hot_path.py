@@ -383,6 +383,21 @@ def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
     assert request(_entry("checked_once"), _entry("checked_too"))[0].tools is first.tools
 
 
+def test_each_field_keeps_its_own_validated_tool_lists() -> None:
+    """A list valid as two fields' types (chat tools, legacy functions, Messages tools) is validated as each."""
+    from duet.api.messages.protocol import MessagesRequest
+    from duet.api.messages.protocol import ToolDefinition as MessagesTool
+    from duet.api.protocol import ChatCompletionRequest, FunctionDefinition, ToolDefinition
+
+    both = [{"type": "function", "function": {"name": "a"}, "name": "b", "input_schema": {"type": "object"}}]
+    user = [{"role": "user", "content": "Hi"}]
+    functions = ChatCompletionRequest.model_validate({"model": "m", "messages": user, "functions": both}).functions
+    tools = ChatCompletionRequest.model_validate({"model": "m", "messages": user, "tools": both}).tools
+    anthropic = MessagesRequest.model_validate({"model": "m", "max_tokens": 1, "messages": user, "tools": both}).tools
+    assert isinstance(functions[0], FunctionDefinition) and isinstance(tools[0], ToolDefinition)  # type: ignore[index]
+    assert isinstance(anthropic[0], MessagesTool)  # type: ignore[index]
+
+
 def test_the_tool_cache_is_bounded() -> None:
     cache: ContentCache[ProxyTool] = ContentCache(max_entries=3, max_bytes=64 * 1000)
     tools = [cache.get_or_make(_entry(f"tool_{i}"), ProxyTool.from_openai) for i in range(5)]

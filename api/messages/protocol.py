@@ -16,9 +16,11 @@ import base64
 import json
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..protocol import MAX_STOP_SEQUENCES, MAX_TOKENS_LIMIT, NullableBool, Omitted, _Response
+from duet.workbenches import parameters_problem
+
+from ..protocol import MAX_STOP_SEQUENCES, MAX_TOKENS_LIMIT, NullableBool, Omitted, _Response, validated_once
 
 
 class _Lenient(BaseModel):
@@ -33,6 +35,14 @@ class ToolDefinition(_Lenient):
     type: Optional[str] = None
     description: Optional[str] = None
     input_schema: Optional[dict[str, Any]] = None
+
+    @field_validator("input_schema")
+    @classmethod
+    def _object_schema(cls, schema: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        """Checked as a function's parameters are (:func:`~duet.workbenches.parameters_problem`)."""
+        if schema is not None and (problem := parameters_problem(schema)) is not None:
+            raise ValueError(problem)
+        return schema
 
 
 class AutoToolChoice(_Lenient):
@@ -83,6 +93,8 @@ class MessagesRequest(_Lenient):
     top_k: Optional[int] = Field(None, ge=0)
     thinking: Optional[dict[str, Any]] = None
     metadata: Optional[Metadata] = None
+
+    _tools_once = field_validator("tools", mode="wrap")(validated_once())
 
 
 class CountTokensRequest(MessagesRequest):

@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from typing import AbstractSet, Any
 
 from autogen_core.models import FunctionExecutionResultMessage, LLMMessage
-from pydantic import ValidationError
 
 from duet.agents import AnswerOptions, ConversationError, conversation_from_openai
 from duet.workbenches import ProxyTool, proxy_tools_from_openai
 
 from ..chat import tool_choice_alias
 from ..errors import APIError
-from ..protocol import FunctionDefinition
 from .protocol import AnyToolChoice, MessagesRequest, NamedToolChoice, NoToolChoice
 
 ERROR_PREFIX = "Error: "
@@ -71,19 +69,14 @@ def _mark_errors(message: LLMMessage, error_ids: set[str]) -> LLMMessage:
 
 
 def client_tools(request: MessagesRequest) -> list[ProxyTool]:
-    """One :class:`ProxyTool` per client tool, its ``input_schema`` passed on as received (checked as a
-    function's parameters are); Anthropic's own tool types are dropped."""
+    """One :class:`ProxyTool` per client tool, its ``input_schema`` passed on as received (checked, as a
+    function's parameters are, by the request model); Anthropic's own tool types are dropped."""
     entries = []
     for index, tool in enumerate(request.tools or []):
         if tool.input_schema is None:
             if tool.type in (None, "custom"):
                 raise APIError(400, f"tools.{index}.input_schema: Field required", param=f"tools.{index}.input_schema")
             continue  # web_search_20250305, bash_20250124, …: run by Anthropic's servers or known only to its models
-        try:
-            FunctionDefinition(name=tool.name, parameters=tool.input_schema)
-        except ValidationError as exc:
-            message = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
-            raise APIError(400, f"tools.{index}.input_schema: {message}", param=f"tools.{index}.input_schema") from None
         function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
         if tool.description is not None:
             function["description"] = tool.description
