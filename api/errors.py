@@ -174,7 +174,8 @@ def install_error_handlers(app: FastAPI, shapes: Mapping[str, ErrorShape] | None
     prefixes = tuple((prefix, prefix + "/", shape) for prefix, shape in (shapes or {}).items())
 
     def respond(request: Request, error: APIError, headers: dict[str, str] | None = None) -> Response:
-        path = request.scope.get("path", "")
+        path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+        path = path[len(root):] if root and path.startswith(root) else path  # the route's path, as the router matches it
         for prefix, under, shape in prefixes:
             if path == prefix or path.startswith(under):
                 return shape(error, headers)

@@ -48,7 +48,7 @@ def flat_name(namespace: str | None, name: str) -> str:
     return namespace + name if namespace.endswith(("_", "-", ".", "/")) else f"{namespace}__{name}"
 
 
-def kind_of(item: Mapping[str, Any], param: str, default: str | None = None) -> str | None:
+def _kind_of(item: Mapping[str, Any], param: str, default: str | None = None) -> str | None:
     """``item``'s ``type``: a string, or ``default`` when there is none. Anything else is a 400: a list
     or an object is no type, and must never reach a lookup by name (in a set: unhashable) or a string method."""
     kind = item.get("type", default)
@@ -114,7 +114,7 @@ def _custom_grammar(fmt: Any, param: str) -> tuple[str, str] | None:
     definition, as OpenAI takes them (anything else it refuses)."""
     if fmt is None:
         return None
-    kind = kind_of(fmt, param) if isinstance(fmt, Mapping) else None
+    kind = _kind_of(fmt, param) if isinstance(fmt, Mapping) else None
     if kind == "text":
         return None
     if kind == "grammar":
@@ -133,7 +133,7 @@ def read_tools(tools: Sequence[Any], max_tools: int) -> tuple[list[dict[str, Any
     client_tools: dict[str, ClientTool] = {}
 
     def add(tool: Mapping[str, Any], param: str, namespace: str | None) -> None:
-        kind = kind_of(tool, param)
+        kind = _kind_of(tool, param)
         if kind == "function":
             function = _function_tool(tool, param)
         elif kind == "custom":
@@ -153,7 +153,7 @@ def read_tools(tools: Sequence[Any], max_tools: int) -> tuple[list[dict[str, Any
         param = f"tools[{index}]"
         if not isinstance(tool, Mapping):
             raise APIError(400, f"{param}: each tool must be an object", param=param, code="invalid_request")
-        kind = kind_of(tool, param)
+        kind = _kind_of(tool, param)
         if kind in ("function", "custom"):
             add(tool, param, None)
         elif kind == "namespace":
@@ -267,7 +267,7 @@ def messages_from_items(items: Sequence[Any], instructions: str | None, origins:
     for item, param in zip(items, origins):
         if not isinstance(item, Mapping):
             raise APIError(400, f"{param}: each input item must be an object", param=param, code="invalid_request")
-        kind = kind_of(item, param, "message" if "role" in item else None)
+        kind = _kind_of(item, param, "message" if "role" in item else None)
         if kind == "message":
             role = item.get("role")
             content = item.get("content")
