@@ -20,13 +20,14 @@ from typing import AbstractSet, Any, Mapping, Sequence
 from pydantic import ValidationError
 
 from duet.agents import AnswerOptions, ConversationError, conversation_from_openai
-from duet.workbenches import ProxyTool, proxy_tools_from_openai
+from duet.workbenches import ContentCache, ProxyTool, content_key, proxy_tools_from_openai
 
 from ..chat import tool_choice_alias
 from ..errors import APIError
 from ..protocol import FunctionDefinition
 from .protocol import HOSTED_TOOL_TYPES, NamedToolChoice, ResponsesRequest
 
+MAX_READ_TOOL_LISTS = 256
 CUSTOM_INPUT = "input"
 """The one argument of the function a freeform ``custom`` tool becomes."""
 
@@ -126,9 +127,24 @@ def _custom_grammar(fmt: Any, param: str) -> tuple[str, str] | None:
     raise APIError(400, f"{param}: must be {{\"type\": \"text\"}} or a grammar", param=param, code="invalid_request")
 
 
-def read_tools(tools: Sequence[Any], max_tools: int) -> tuple[list[dict[str, Any]], dict[str, ClientTool]]:
+ReadTools = tuple[list[dict[str, Any]], dict[str, ClientTool]]
+_read_tool_lists: ContentCache[ReadTools] = ContentCache(MAX_READ_TOOL_LISTS, 8 * 1024 * 1024)
+
+
+def read_tools(tools: Sequence[Any], max_tools: int) -> ReadTools:
     """The request's tools as Chat Completions tools, and what each (by the name the model sees) is
-    to the client. Hosted tools are dropped; any other unknown type is a 400 naming it."""
+    to the client. Hosted tools are dropped; any other unknown type is a 400 naming it. Read once per
+    content (a client sends the same tools with every request; what is read is shared: nobody changes it)."""
+    key = content_key(tools) if type(tools) is list and tools else None
+    if key is None:
+        return _read_tools(tools, max_tools)
+    read = _read_tool_lists.get_or_make(tools, lambda copy: _read_tools(copy, max_tools), key)
+    if len(read[0]) > max_tools:  # read under a larger limit (another app of this process)
+        raise APIError(400, f"tools: at most {max_tools} are allowed", param="tools", code="too_many_items")
+    return read
+
+
+def _read_tools(tools: Sequence[Any], max_tools: int) -> ReadTools:
     chat_tools: list[dict[str, Any]] = []
     client_tools: dict[str, ClientTool] = {}
 
