@@ -102,7 +102,7 @@ class ServiceOptions(BaseModel):
         "key", description="Whose stored state a request may read and continue: key (only what requests with its own API key stored) or shared (every key's alike, as on an open endpoint)."
     )
     store_outage: Literal["answer", "refuse"] = Field(
-        "answer", description="While the store is known to be down, a Responses request that asks to store (store: true, the default) is answered, saying store: false, or refused with 503 store_unavailable and Retry-After before any model call (refuse)."
+        "answer", description="What a Responses request that asks to store (store: true, the default) gets while the store is known to be down: answer (the answer, saying store: false) or refuse (503 store_unavailable with Retry-After, before any model call)."
     )
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")

@@ -285,3 +285,266 @@ def test_shared_state_scope_lets_every_key_continue(upstream: ScriptedUpstream, 
         assert_whole_round_restored(upstream.requests_for(ANSWER)[-1].body)
     finally:
         server.stop()
+
+
+# -- B. no silent loss ---------------------------------------------------------------------------------
+
+
+def sdk(server: DuetServer, retries: int = 0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=KEY_A, max_retries=retries)
+
+
+@pytest.fixture(scope="module")
+def store_down(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DuetServer]:
+    """A server whose store is down from the start: nothing listens at its Redis URL."""
+    directory = tmp_path_factory.mktemp("store-down")
+    server = serve(upstream, directory, f"redis://127.0.0.1:{free_port()}/0")
+    yield server
+    server.stop()
+
+
+def test_a_response_that_could_not_be_stored_says_so(store_down: DuetServer, upstream: ScriptedUpstream) -> None:
+    client = sdk(store_down)
+    upstream.script(ANSWER, Reply(content=["Bring sandwiches."]))
+    raw = client.responses.with_raw_response.create(model=PIPELINE, input="What should I pack?")
+    response = raw.parse()
+    assert response.store is False and response.output_text == "Bring sandwiches." and raw.headers["duet-unsaved"] == "response"
+
+    upstream.script(ANSWER, Reply(content=["Bring sandwiches."]))
+    with client.responses.stream(model=PIPELINE, input="What should I pack?") as stream:
+        kinds = [event.type for event in stream]
+        streamed = stream.get_final_response()
+    assert kinds[-1] == "response.completed" and streamed.store is False and streamed.output_text == "Bring sandwiches."
+
+    for previous in (response.id, streamed.id):  # their next turn cannot be served while the store is down: retryable
+        with pytest.raises(openai.APIStatusError) as raised:
+            client.responses.create(model=PIPELINE, previous_response_id=previous, input="and then?")
+        assert raised.value.status_code == 503 and raised.value.body["code"] == "store_unavailable"  # type: ignore[index]
+
+    unstored = post(store_down, KEY_A, "/v1/responses", {"model": PIPELINE, "input": "hi", "store": False})
+    assert unstored.json()["store"] is False and "duet-unsaved" not in unstored.headers  # nothing was asked to be kept
+
+    mixed_round(upstream)  # a Responses tool round: neither the response nor the hidden part could be kept
+    both = post(store_down, KEY_A, "/v1/responses", {"model": PIPELINE, "input": QUESTION[0]["content"], "tools": [NOTIFY_RESPONSES]})
+    assert both.json()["store"] is False and set(both.headers["duet-unsaved"].split(", ")) == {"response", "tool_round"}
+
+    first = chat_round(upstream, store_down, KEY_A)
+    assert first.status_code == 200 and first.headers["duet-unsaved"] == "tool_round"
+    upstream.script(ANSWER, answer_from_results)
+    second = post(store_down, KEY_A, "/v1/chat/completions", {"model": PIPELINE, "messages": follow_up(first.json()), "tools": [NOTIFY]})
+    assert second.status_code == 200 and "duet-unsaved" not in second.headers  # goes on without the hidden part
+    assert_hidden_part_missing(upstream)
+    message, _ = messages_round(upstream, store_down, KEY_A)
+    assert message.headers["duet-unsaved"] == "tool_round"
+
+    log = store_down.log.read_text()
+    assert f"response {response.id} was answered but not stored" in log and "Traceback" not in log
+
+
+@pytest.mark.parametrize("mode", ["run", "streamed"])
+def test_the_agents_sdk_takes_responses_that_could_not_be_stored(store_down: DuetServer, upstream: ScriptedUpstream,
+                                                                 mode: str, tmp_path: Path) -> None:
+    from tests.test_responses import script_call
+
+    script_call(upstream)
+    upstream.script(ANSWER, Reply(content=["It is ", "sunny in Paris."]))
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "agents_sdk_client.py"), f"{store_down.base_url}/v1", KEY_A, mode],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["final"] == "It is sunny in Paris." and result["calls"] == ["Paris"]
+
+
+def test_store_outage_refuse_answers_503_before_any_model_call(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    server = serve(upstream, tmp_path, f"redis://127.0.0.1:{free_port()}/0", DUET_STORE_OUTAGE="refuse")
+    try:
+        # Nothing has told the store's guard of the outage yet: answered, and its failed store call tells it.
+        first = post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "input": "hi"})
+        assert first.status_code == 200 and first.json()["store"] is False
+        calls = len(upstream.requests)
+        for stream in (False, True):
+            refused = post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "input": "hi", "stream": stream})
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
+            assert refused.json()["error"]["code"] == "store_unavailable"
+        refusals = server.log.read_text().count("POST /v1/responses status=503")
+        with pytest.raises(openai.InternalServerError):
+            sdk(server, retries=1).responses.create(model=PIPELINE, input="hi")  # retried after Retry-After, refused again
+        assert server.log.read_text().count("POST /v1/responses status=503") == refusals + 2
+        assert len(upstream.requests) == calls  # none of them reached a model
+        assert post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "input": "hi", "store": False}).status_code == 200
+        assert chat_round(upstream, server, KEY_A).headers["duet-unsaved"] == "tool_round"  # a tool round never asks to store
+    finally:
+        server.stop()
+
+
+@dataclass
+class Turn:
+    """A conversation's first turn: its response id, and what it said of being stored."""
+
+    response_id: str
+    stored: bool
+
+
+def first_turn(server: DuetServer, stream: bool) -> Turn:
+    """One first turn; a collected one carries ``Duet-Unsaved: response`` exactly when it says ``store: false``."""
+    response = post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "input": "What should I pack?", "stream": stream})
+    assert response.status_code == 200, response.text
+    return read_turn(response)
+
+
+def read_turn(response: httpx.Response) -> Turn:
+    if response.headers["content-type"].startswith("text/event-stream"):
+        final = sse(response.content)[-1]
+        assert final["type"] == "response.completed", final
+        return Turn(final["response"]["id"], final["response"]["store"])
+    body = response.json()
+    assert (response.headers.get("duet-unsaved") == "response") == (body["store"] is False), (response.headers, body["store"])
+    return Turn(body["id"], body["store"])
+
+
+@dataclass
+class Losses:
+    stored: int = 0  # said store: true, and the next turn was answered
+    said_unsaved: int = 0  # said store: false, and the next turn's 404 said it was not stored
+    said_unsaved_but_kept: int = 0  # said store: false, yet Redis had applied the write (its reply was lost in the kill)
+    silent: list[str] = field(default_factory=list)  # said store: true, and the next turn did not find it
+
+
+def next_turns(server: DuetServer, turns: list[Turn]) -> Losses:
+    losses = Losses()
+    for turn in turns:
+        follow = post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "previous_response_id": turn.response_id, "input": "and then?"})
+        if follow.status_code == 200:
+            if turn.stored:
+                losses.stored += 1
+            else:
+                losses.said_unsaved_but_kept += 1
+        elif turn.stored:
+            losses.silent.append(f"{turn.response_id}: {follow.status_code} {follow.text}")
+        else:
+            error = follow.json()["error"]
+            assert follow.status_code == 404 and error["code"] == "previous_response_not_found", follow.text
+            assert "was not stored: the response store was unavailable" in error["message"], error
+            losses.said_unsaved += 1
+    return losses
+
+
+def test_redis_killed_between_turns_loses_nothing_silently(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """20 conversations begun before Redis is killed (by its PID), 20 while it is down: each first
+    turn says whether it was stored, and after Redis is back each next turn agrees."""
+    redis = started_redis(tmp_path, durable=True)
+    server = serve(upstream, tmp_path, redis.url)
+    try:
+        before = [first_turn(server, stream=i % 2 == 1) for i in range(20)]
+        kept_round = chat_round(upstream, server, KEY_A)
+        assert all(turn.stored for turn in before) and "duet-unsaved" not in kept_round.headers
+        redis.kill()
+        during = [first_turn(server, stream=i % 2 == 1) for i in range(20)]
+        assert not any(turn.stored for turn in during)
+        assert chat_round(upstream, server, KEY_A).headers["duet-unsaved"] == "tool_round"
+        waiting = post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "previous_response_id": before[0].response_id, "input": "?"})
+        assert waiting.status_code == 503 and waiting.json()["error"]["code"] == "store_unavailable"  # retryable, not a 404
+
+        redis.start()
+        wait_for_store(server)
+        losses = next_turns(server, before + during)
+        assert losses == Losses(stored=20, said_unsaved=20), losses
+        upstream.script(ANSWER, answer_from_results)
+        restored = post(server, KEY_A, "/v1/chat/completions", {"model": PIPELINE, "messages": follow_up(kept_round.json()), "tools": [NOTIFY]})
+        assert restored.status_code == 200
+        assert_whole_round_restored(upstream.requests_for(ANSWER)[-1].body)  # kept before the kill, found after it
+        assert "Traceback" not in server.log.read_text()
+    finally:
+        server.stop()
+        redis.stop()
+
+
+def wait_until(condition: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_redis_killed_while_streams_run_loses_nothing_silently(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """20 streams run, their answers held upstream; 10 are let through and end; the other 10 are let
+    through, and Redis is killed (by its PID) as soon as the first of them has ended. Every stream's
+    last event says whether it was stored, and after Redis is back each next turn agrees."""
+    redis = started_redis(tmp_path, durable=True)
+    server = serve(upstream, tmp_path, redis.url)
+    first_half, second_half = threading.Event(), threading.Event()
+    upstream.script(ANSWER, *[Reply(content=["Packed."], hold=first_half)] * 10, *[Reply(content=["Packed."], hold=second_half)] * 10)
+    ended = threading.Semaphore(0)
+
+    def converse(index: int) -> Turn:
+        try:
+            with httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=60) as client:
+                with client.stream("POST", "/v1/responses", json={"model": PIPELINE, "input": f"Pack {index}", "stream": True}) as response:
+                    response.read()
+            return read_turn(response)
+        finally:
+            ended.release()
+
+    try:
+        with ThreadPoolExecutor(20) as pool:
+            futures = [pool.submit(converse, index) for index in range(20)]
+            wait_until(lambda: len(upstream.requests_for(ANSWER)) == 20)  # every stream runs, its answer held
+            first_half.set()
+            for _ in range(10):
+                assert ended.acquire(timeout=30)
+            second_half.set()
+            assert ended.acquire(timeout=30)
+            redis.kill()  # as soon as one more has ended: while the other 9 finish and store
+            turns = [future.result(timeout=60) for future in futures]
+        redis.start()
+        wait_for_store(server)
+        losses = next_turns(server, turns)
+        assert losses.silent == [] and losses.stored >= 11, losses
+        assert losses.stored + losses.said_unsaved + losses.said_unsaved_but_kept == 20
+        print(f"streams: {losses}")
+        assert "Traceback" not in server.log.read_text()
+    finally:
+        first_half.set()
+        second_half.set()
+        server.stop()
+        redis.stop()
+
+
+# -- the owner, without HTTP ---------------------------------------------------------------------------
+
+
+def test_owner_ids_are_stable_distinct_and_do_not_hold_the_key() -> None:
+    from duet.agents.continuations import DEFAULT_OWNER, owned
+    from duet.api.auth import owner_id
+
+    a, b = owner_id(KEY_A), owner_id(KEY_B)
+    assert a == owner_id(KEY_A) and a != b and re.fullmatch(r"key-[0-9a-f]{32}", a)
+    assert KEY_A not in a and owned(a, "duet:call_1") == f"{a}/duet:call_1"
+    assert owned(DEFAULT_OWNER, "duet:call_1") == "duet:call_1"  # as written before state was scoped to keys
+
+
+def test_a_python_run_says_when_the_hidden_part_could_not_be_kept(upstream: ScriptedUpstream) -> None:
+    """``Duet.run`` from Python (the default owner): ``DuetResult.hidden_part_lost`` tells a round whose
+    hidden part the store could not keep."""
+    import asyncio
+
+    from duet.agents import AnswerSettings, Duet, PipelineSettings, ReasonerSettings
+    from duet.agents.continuations import Continuation, MemoryContinuationStore
+    from duet.workbenches import ToolsSettings
+
+    class FailingPuts(MemoryContinuationStore):
+        async def put(self, call_ids: Any, continuation: Continuation) -> None:
+            raise ConnectionError("the caller's store is down")
+
+    settings = PipelineSettings(reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
+                                answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER),
+                                tools=ToolsSettings(functions=["tests.service_tools_fixtures:lookup_customer"]))  # type: ignore[list-item]
+
+    async def main(store: MemoryContinuationStore) -> tuple[str, bool]:
+        async with Duet.from_settings(settings, continuations=store) as duet:
+            mixed_round(upstream)
+            result = await duet.run(QUESTION, tools=[NOTIFY])
+            return result.finish_reason, result.hidden_part_lost
+
+    assert asyncio.run(main(MemoryContinuationStore())) == ("tool_calls", False)
+    assert asyncio.run(main(FailingPuts())) == ("tool_calls", True)
