@@ -11,6 +11,9 @@ The store is an optimisation of answer quality, never a reason to fail a request
 and ``Duet`` (for a store passed in from Python) wrap it in a :class:`GuardedStore`, which bounds
 every call by a timeout and turns faults into :class:`StoreUnavailable` (reported once per outage),
 so a round goes on without its hidden part.
+
+Every entry belongs to an owner (:func:`owned`): the API key whose request stored it, as a stable,
+non-reversible id, so one key never reads or continues what another stored.
 """
 
 from __future__ import annotations
@@ -49,6 +52,17 @@ RETRY_INTERVAL = 1.0  # seconds a store that failed is left alone before a call 
 SWEEP_INTERVAL = 60.0  # seconds between two sweeps of expired SQLite rows
 SWEEP_BATCH = 500  # rows deleted per statement: a sweep never holds the store for long
 _T = TypeVar("_T")
+
+DEFAULT_OWNER = ""
+"""The owner of state stored without a key of its own: an open endpoint, keys that share state
+(``state_scope: shared``), a run started from Python."""
+
+
+def owned(owner: str, key: str) -> str:
+    """``key`` in ``owner``'s part of the store. Another owner's entry under the same key is not
+    found, as an unknown key is not: same code path, same answer. The default owner's keys are as
+    Duet wrote them before state was scoped to keys."""
+    return f"{owner}/{key}" if owner else key
 
 
 class Continuation(BaseModel):
@@ -115,6 +129,11 @@ class ContinuationStore(abc.ABC):
     async def ping(self) -> None:
         """Raises when the store cannot be reached (readiness checks call it)."""
         return None
+
+    @property
+    def available(self) -> bool:
+        """False while the store is known to be out (a :class:`GuardedStore` knows; others are taken to be up)."""
+        return True
 
     async def close(self) -> None:
         return None

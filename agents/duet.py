@@ -22,11 +22,13 @@ from duet.workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTo
 
 from .cancellation import RunToken
 from .continuations import (
+    DEFAULT_OWNER,
     Continuation,
     ContinuationStore,
     GuardedStore,
     MemoryContinuationStore,
     StoreUnavailable,
+    owned,
     splice,
     tool_rounds,
 )
@@ -180,6 +182,7 @@ class Duet:
         user: str | None = None,
         cancellation_token: CancellationToken | None = None,
         observer: RunObserver | None = None,
+        owner: str = DEFAULT_OWNER,
     ) -> DuetStream:
         """Starts one run of the duet (call from a coroutine) and returns it at once.
 
@@ -191,7 +194,8 @@ class Duet:
         unread, the agents stop reading their models' streams until the reader catches up (or
         closes the stream). A token cancelled before the run starts ends it at once with
         ``Failed``, before any model is called. ``observer`` is told of every model, tool and store
-        call of the run (:mod:`duet.agents.observe`).
+        call of the run (:mod:`duet.agents.observe`). ``owner`` is whose stored state the run reads
+        and writes (the HTTP service passes its API key's id; runs from Python share the default owner).
         """
         if messages and isinstance(messages[0], Mapping):
             conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
@@ -204,7 +208,7 @@ class Duet:
         else:
             client_tools = proxy_tools_from_openai(tools)  # type: ignore[arg-type]
         channel = EventChannel()
-        request = RequestContext(request_id=request_id or random_id(), user=user, pipeline=self.name)
+        request = RequestContext(request_id=request_id or random_id(), user=user, pipeline=self.name, owner=owner)
         run = DuetRun(
             emit=channel.emit,
             room=channel.room,
@@ -247,7 +251,8 @@ class Duet:
             clean = False
             try:
                 _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
-                conversation, earlier_reasoning, grounding = await self._restore(conversation)
+                owner = run.request.owner
+                conversation, earlier_reasoning, grounding = await self._restore(conversation, owner)
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
@@ -259,6 +264,7 @@ class Duet:
                 if slot.runtime is not None:
                     slot.runtime.start()
                 finish_reason: FinishReason = "stop"
+                hidden_part_lost = False
                 reasoning: list[str] = []
                 async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
                     reply = read_reply(message)
@@ -269,11 +275,12 @@ class Duet:
                         grounding = reply.text or grounding  # this round's results, else the restored ones
                     elif isinstance(reply, ClientHandoff):
                         finish_reason = "tool_calls"
-                        await self._keep(reply.turn, "\n\n".join(reasoning) or earlier_reasoning or "", grounding)
+                        kept = await self._keep(reply.turn, owner, "\n\n".join(reasoning) or earlier_reasoning or "", grounding)
+                        hidden_part_lost = not kept
                     elif isinstance(reply, AnswerReply):
                         finish_reason = reply.finish_reason
                     # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
-                run.emit(Finished(finish_reason=finish_reason))
+                run.emit(Finished(finish_reason=finish_reason, hidden_part_lost=hidden_part_lost))
                 clean = True
             except asyncio.CancelledError as exc:
                 run.emit(Failed(message="the run was cancelled", error=exc))  # ends the stream of whoever still reads it
@@ -288,10 +295,10 @@ class Duet:
                         token.cancel()  # whatever of the run still goes on stops at its next await
                     await self._settle(slot, clean)
 
-    def _key(self, call_id: str) -> str:
-        return f"{self.name}:{call_id}"  # a pipeline only ever continues its own rounds
+    def _key(self, call_id: str, owner: str) -> str:
+        return owned(owner, f"{self.name}:{call_id}")  # a pipeline only ever continues its owner's own rounds
 
-    async def _restore(self, conversation: list[LLMMessage]) -> tuple[list[LLMMessage], str | None, str]:
+    async def _restore(self, conversation: list[LLMMessage], owner: str) -> tuple[list[LLMMessage], str | None, str]:
         """Puts back the hidden part of every tool round since the last user message (a follow-up
         may continue several), and returns the reasoning the latest of them was answered with
         (``None`` when no round was restored) and its retrieved context."""
@@ -302,29 +309,32 @@ class Duet:
         for index in reversed(tool_rounds(conversation)):  # from the end, so earlier indices hold
             call_ids = [call.id for call in conversation[index].content]  # type: ignore[union-attr]
             try:
-                continuation = await self.continuations.get(self._key(call_id) for call_id in call_ids)
+                continuation = await self.continuations.get(self._key(call_id, owner) for call_id in call_ids)
             except StoreUnavailable:  # the store reports its outage once; this round goes on without it
                 break
             if continuation is None:
                 if any(DUET_CALL_ID.match(call_id) for call_id in call_ids):
-                    logger.warning("no saved state for tool calls %s (expired, or another store): continuing without "
-                                   "the part of the round the client did not see", ", ".join(call_ids))
+                    logger.warning("no saved state for tool calls %s (expired, not saved during a store outage, or kept by "
+                                   "another store or for another API key): continuing without the part of the round the "
+                                   "client did not see", ", ".join(call_ids))
                 continue
             conversation = splice(conversation, index, continuation)
             reasoning = reasoning or continuation.reasoning
             grounding = grounding or continuation.grounding
         return conversation, reasoning, grounding
 
-    async def _keep(self, turn: Sequence[LLMMessage], reasoning: str, grounding: str = "") -> None:
-        """Saves the hidden part of a round that ends with client tool calls."""
+    async def _keep(self, turn: Sequence[LLMMessage], owner: str, reasoning: str, grounding: str = "") -> bool:
+        """Saves the hidden part of a round that ends with client tool calls; False when it could not be kept."""
         if len(turn) < 2 or not isinstance(turn[-2], AssistantMessage) or not isinstance(turn[-1], FunctionExecutionResultMessage):
-            return
+            return True  # nothing hidden to keep
         answered = {result.call_id for result in turn[-1].content}
         client_ids = [call.id for call in turn[-2].content if call.id not in answered]  # type: ignore[union-attr]
+        continuation = Continuation(turn=list(turn), reasoning=reasoning, grounding=grounding)
         try:
-            await self.continuations.put([self._key(i) for i in client_ids], Continuation(turn=list(turn), reasoning=reasoning, grounding=grounding))
-        except StoreUnavailable:  # the store reports its outage once; the client still gets its calls
-            pass
+            await self.continuations.put([self._key(i, owner) for i in client_ids], continuation)
+        except StoreUnavailable:  # the store reports its outage once; the client still gets its calls, and Finished says so
+            return False
+        return True
 
     async def _settle(self, slot: TeamSlot, clean: bool) -> None:
         """Resets a team that finished cleanly and returns it to the pool; closes any other."""

@@ -61,6 +61,9 @@ class Finished(BaseModel):
 
     kind: Literal["done"] = "done"
     finish_reason: FinishReason
+    hidden_part_lost: bool = Field(
+        False, description="The run ended with client tool calls, and the hidden part of its round could not be kept "
+        "(the store was unavailable): the follow-up goes on without it.")
 
 
 class Failed(BaseModel):

@@ -29,6 +29,8 @@ class DuetResult(BaseModel):
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     finish_reason: FinishReason = "stop"
+    hidden_part_lost: bool = False
+    """The hidden part of the tool round could not be kept (the store was unavailable): the follow-up goes on without it."""
 
     @classmethod
     def of(cls, events: Sequence[DuetEvent]) -> "DuetResult":
@@ -51,6 +53,7 @@ class DuetResult(BaseModel):
                 result.reasoning_tokens += event.reasoning_tokens
             elif isinstance(event, Finished):
                 result.finish_reason = event.finish_reason
+                result.hidden_part_lost = event.hidden_part_lost
         result.reasoning = "".join(reasoning)
         result.content = "".join(content)
         return result

@@ -31,7 +31,7 @@ from .responses import Responses, ResponseStore
 from .observability import Observability, ObservedRequests, add_metrics_route, flush_traces
 from .openapi import add_protocol_paths
 from .routes import add_routes, as_asgi, error_shapes
-from .serving import Service
+from .serving import UNSAVED_HEADER, Service
 from .settings import ConfigError, ConfigFile, EnvSettings, ServiceOptions, TeamPipelineSettings
 
 logger = logging.getLogger("duet")
@@ -157,7 +157,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     """
     config = config or ServiceConfig.from_env()
     install_secret_masking(config.api_keys)  # and the upstream keys and header values the model clients register
-    auth = BearerAuth(config.api_keys)
+    auth = BearerAuth(config.api_keys, shared_state=config.options.state_scope == "shared")
     options = config.options
     continuations = open_store(options.state_url, timeout=options.store_timeout)  # an unwritable SQLite path stops here
     pipelines = config.build(continuations)
@@ -192,10 +192,11 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     install_error_handlers(app, error_shapes())
     if options.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=options.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"], max_age=600)
+                           allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"],
+                           expose_headers=[UNSAVED_HEADER], max_age=600)
 
     protocol_routes = add_routes(app, auth=auth, readiness=readiness, gate=gate, pipelines=pipelines,
-                                 responses=Responses(ResponseStore(continuations)))
+                                 responses=Responses(ResponseStore(continuations), refuse_when_store_down=options.store_outage == "refuse"))
     if options.metrics:
         add_metrics_route(app, auth, options.metrics_open)
     observability = Observability(options.metrics)

@@ -96,7 +96,7 @@ class ChatCompletions(WireProtocol[ParsedChat]):
     def parse(self, raw: bytes, options: ServiceOptions) -> ParsedChat:
         return ParsedChat(*_parse_request(raw, options))
 
-    async def prepare(self, parsed: ParsedChat, duet: Duet) -> RunRequest:
+    async def prepare(self, parsed: ParsedChat, duet: Duet, owner: str) -> RunRequest:
         wire, body = parsed
         conversation = conversation_from_openai(wire.messages)
         tools = client_tools_of(wire, body)

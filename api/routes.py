@@ -25,14 +25,14 @@ from .serving import Service, WireProtocol
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awaitable[None]]) -> Endpoint:
+def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awaitable[str]]) -> Endpoint:
     """The POST endpoint of ``protocol`` on the shared flow (``app.state.service``). A plain
     Starlette endpoint: the hottest routes skip FastAPI's dependency resolution."""
 
     async def endpoint(request: Request) -> Response:
         try:
-            await auth(request)
-            return await request.app.state.service.create(request, protocol)  # type: ignore[no-any-return]
+            owner = await auth(request)  # whose stored state the request reads and writes
+            return await request.app.state.service.create(request, protocol, owner)  # type: ignore[no-any-return]
         except Exception as exc:  # every failure is the protocol's error body (Starlette would log a traceback)
             return protocol.error_response(as_api_error(exc))
 
@@ -68,8 +68,8 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
 
     async def retrieve_response(request: Request) -> Response:
         try:
-            await auth(request)
-            return JSONResponse(await responses.retrieve(request.path_params["response_id"]))
+            owner = await auth(request)
+            return JSONResponse(await responses.retrieve(request.path_params["response_id"], owner))
         except Exception as exc:
             return responses.error_response(as_api_error(exc))
 

@@ -27,7 +27,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, ReasoningOutput, RunToken, random_id
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, Finished, ReasoningOutput, RunToken, random_id
+from duet.agents.continuations import DEFAULT_OWNER
 from duet.workbenches import ProxyTool
 
 from .chunks import PING
@@ -56,6 +57,15 @@ class RunRequest:
     legacy: bool = False  # a Chat Completions ``functions`` client: one ``function_call``, finish reason ``function_call``
     wire: Any = None
     state: dict[str, Any] = field(default_factory=dict)  # what the protocol keeps between reading and writing
+    unsaved: list[str] = field(default_factory=list)
+    """What the response should have kept in the store and could not (the store was down): named in
+    the :data:`UNSAVED_HEADER` of a collected response."""
+
+
+UNSAVED_HEADER = "duet-unsaved"
+"""A collected response's header naming what could not be kept while the store was down, comma-separated:
+``response`` (a Responses API response: its body says ``store: false``), ``tool_round`` (the hidden
+part of its client tool round: the follow-up goes on without it)."""
 
 
 class StreamWriter(ResponseWriter, Protocol):
@@ -93,8 +103,9 @@ class WireProtocol(Generic[P]):
         """The body, validated: everything that can be refused without a model is refused here (400)."""
         raise NotImplementedError
 
-    async def prepare(self, parsed: P, duet: Duet) -> RunRequest:
-        """The run the parsed request asks of ``duet`` (400s that need the pipeline's tools: here)."""
+    async def prepare(self, parsed: P, duet: Duet, owner: str) -> RunRequest:
+        """The run the parsed request asks of ``duet`` (400s that need the pipeline's tools: here);
+        ``owner``: whose stored state it may read (its API key's)."""
         raise NotImplementedError
 
     def stream_writer(self, request: RunRequest, response_id: str) -> StreamWriter:
@@ -169,7 +180,8 @@ whose first step is not a model call, or a slow connection, gets its response ma
 
 
 class Service:
-    """Serves the pipelines by name, in every protocol. Knows HTTP; knows nothing of model clients."""
+    """Serves the pipelines by name, in every protocol. Knows HTTP; knows nothing of model clients.
+    A request's ``owner`` (:meth:`~duet.api.auth.BearerAuth.owner_of`) is whose stored state its run reads and writes."""
 
     def __init__(self, pipelines: Mapping[str, Duet], options: ServiceOptions | None = None, gate: RequestGate | None = None) -> None:
         self.pipelines = dict(pipelines)
@@ -192,7 +204,7 @@ class Service:
                            param="model", code="model_not_found")
         return duet
 
-    async def create(self, request: Request, protocol: WireProtocol[Any]) -> Response:
+    async def create(self, request: Request, protocol: WireProtocol[Any], owner: str = DEFAULT_OWNER) -> Response:
         # Refusals that cost nothing come first: full, shutting down, not JSON, too large.
         gate = self.gate
         refusal = gate.refusal(self.in_flight + gate.starting)
@@ -219,7 +231,7 @@ class Service:
             observation = current_observation()  # the run reports to it; the request's log line names the pipeline
             if observation is not None:
                 observation.pipeline = duet.name
-            run_request = await protocol.prepare(parsed, duet)
+            run_request = await protocol.prepare(parsed, duet, owner)
             if observation is not None:
                 observation.stream = run_request.stream
             # The disconnect watcher is live before the run exists, and cancels the run's token itself
@@ -232,7 +244,7 @@ class Service:
             try:
                 run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
                                  request_id=response_id, user=run_request.user, cancellation_token=token,
-                                 observer=observation)
+                                 observer=observation, owner=owner)
             except BaseException:
                 disconnected.cancel()
                 raise
@@ -288,13 +300,17 @@ class Service:
         fold = protocol.fold(run_request, response_id)
         renderer = Renderer(fold, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
         renderer.start()
-        for event in collector.result():
+        events = collector.result()
+        for event in events:
             renderer.render(event)
+        if events and isinstance(events[-1], Finished) and events[-1].hidden_part_lost:
+            run_request.unsaved.append("tool_round")
         await protocol.completed(run_request, fold)
         result = fold.result()
         if isinstance(result, APIError):
             return protocol.error_response(result)
-        return TimedWriteResponse(JSONResponse(result.model_dump(mode="json")), self.options.write_timeout)
+        headers = {UNSAVED_HEADER: ", ".join(run_request.unsaved)} if run_request.unsaved else None
+        return TimedWriteResponse(JSONResponse(result.model_dump(mode="json"), headers=headers), self.options.write_timeout)
 
 
 class _EventSource:

@@ -98,6 +98,12 @@ class ServiceOptions(BaseModel):
     ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
     state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path, redis://host:port/db or memory:// (one process only).")
     store_timeout: float = Field(DEFAULT_STORE_TIMEOUT, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
+    state_scope: Literal["key", "shared"] = Field(
+        "key", description="Whose stored state a request may read and continue: key (only what requests with its own API key stored) or shared (every key's alike, as on an open endpoint)."
+    )
+    store_outage: Literal["answer", "refuse"] = Field(
+        "answer", description="What a Responses request that asks to store (store: true, the default) gets while the store is known to be down: answer (the answer, saying store: false) or refuse (503 store_unavailable with Retry-After, before any model call)."
+    )
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
     max_pending_body_bytes: int = Field(

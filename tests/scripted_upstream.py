@@ -72,6 +72,7 @@ class Reply:
     echo_key: bool = False  # put the request's Authorization header into the error message (a careless upstream)
     body: Body | None = None  # a 200 that is not a stream: an HTML page, a plain chat.completion, an error object; or only [DONE]
     delay: float = 0.0  # before the response starts
+    hold: threading.Event | None = None  # before the response starts, until set (at most HOLD_TIMEOUT) or the client hangs up
     delay_between: float = 0.0  # between two chunks
     fault: Fault | None = None
     fault_after: int = 0  # chunks sent before the fault
@@ -302,6 +303,9 @@ class ScriptedUpstream:
                 if await _closed_within(reader, reply.delay):
                     record.aborted = True
                     return False
+            if reply.hold is not None and await _held(reader, reply.hold):
+                record.aborted = True
+                return False
             if reply.status != 200:
                 payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
                 writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
@@ -500,6 +504,21 @@ async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
             return False
         await asyncio.sleep(min(0.01, remaining))
     return True
+
+
+HOLD_TIMEOUT = 60.0
+"""Seconds at most a :attr:`Reply.hold` keeps its response back."""
+
+
+async def _held(reader: asyncio.StreamReader, gate: threading.Event) -> bool:
+    """Waits until ``gate`` is set (a test's thread sets it; at most :data:`HOLD_TIMEOUT`); True as
+    soon as the client hangs up meanwhile."""
+    deadline = time.monotonic() + HOLD_TIMEOUT
+    while not gate.is_set() and time.monotonic() < deadline:
+        if _hung_up(reader):
+            return True
+        await asyncio.sleep(0.005)
+    return False
 
 
 BENCH_TOOL_CALL_MARK = "[call a tool]"

@@ -20,3 +20,6 @@ class RequestContext(BaseModel):
     request_id: str = ""
     user: Optional[str] = None
     pipeline: str = ""
+    owner: str = ""
+    """Whose stored state the request reads and writes: a stable, non-reversible id of its API key
+    (empty for an open endpoint, keys that share state, or a run started from Python)."""

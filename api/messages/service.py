@@ -51,7 +51,7 @@ class AnthropicMessages(WireProtocol[ParsedMessages]):
     def parse(self, raw: bytes, options: ServiceOptions) -> ParsedMessages:
         return parse_messages(raw, options)
 
-    async def prepare(self, parsed: ParsedMessages, duet: Duet) -> RunRequest:
+    async def prepare(self, parsed: ParsedMessages, duet: Duet, owner: str) -> RunRequest:
         wire, given = parsed
         options = answer_options(wire, given.tools, duet.service_tool_names)
         user = wire.metadata.user_id if wire.metadata is not None else None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, NamedTuple
-
 
 from duet.agents import Duet
 
@@ -15,6 +15,8 @@ from .protocol import ResponsesRequest
 from .reader import ClientTool, answer_options, conversation_of, messages_from_items, proxy_tools, read_tools
 from .store import ResponseStore
 from .writers import ResponseFold, ResponseStreamWriter, response_shell
+
+logger = logging.getLogger(__name__)
 
 
 class ParsedResponses(NamedTuple):
@@ -34,8 +36,11 @@ class Responses(WireProtocol[ParsedResponses]):
 
     id_prefix = "resp_"
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, *, refuse_when_store_down: bool = False) -> None:
+        """``refuse_when_store_down`` (``store_outage: refuse``): while the store is known to be down, a
+        request that asks to store gets 503 before any model call, not an answer that says ``store: false``."""
         self.store = store
+        self.refuse_when_store_down = refuse_when_store_down
 
     def parse(self, raw: bytes, options: ServiceOptions) -> ParsedResponses:
         request, body = validated_body(raw, ResponsesRequest, (("input", options.max_messages), ("tools", options.max_tools)))
@@ -44,15 +49,17 @@ class Responses(WireProtocol[ParsedResponses]):
         chat_tools, client_tools = read_tools(request.tools or [], options.max_tools)
         return ParsedResponses(request, body, chat_tools, client_tools)
 
-    async def prepare(self, parsed: ParsedResponses, duet: Duet) -> RunRequest:
+    async def prepare(self, parsed: ParsedResponses, duet: Duet, owner: str) -> RunRequest:
         wire, body, chat_tools, client_tools = parsed
+        if wire.stored and self.refuse_when_store_down:
+            await self.store.ensure_available()
         earlier: list[dict[str, Any]] = []
         records: list[dict[str, Any]] = []  # stored responses read for this request: item references resolve from them first
         if wire.previous_response_id is not None:
-            record = await self.store.response(wire.previous_response_id)
+            record = await self.store.response(owner, wire.previous_response_id)
             if record is None:
-                raise APIError(404, f"previous_response_id: no stored response '{wire.previous_response_id[:100]}' (never "
-                               "stored, store: false, or expired)", param="previous_response_id", code="previous_response_not_found")
+                raise not_found("previous_response_id", "response", wire.previous_response_id,
+                                self.store.response_unsaved(owner, wire.previous_response_id), "previous_response_not_found")
             earlier = list(record["items"])
             records.append(record)
         raw_input = body["input"]
@@ -60,17 +67,17 @@ class Responses(WireProtocol[ParsedResponses]):
         origins = ["input"] if isinstance(raw_input, str) else [f"input[{index}]" for index in range(len(items))]
         for index, item in enumerate(items):
             if isinstance(item, Mapping) and item.get("type") == "item_reference":
-                items[index] = await self._referenced(item, origins[index], earlier, records)
+                items[index] = await self._referenced(item, origins[index], owner, records)
         messages, message_origins = messages_from_items(
             earlier + items, wire.instructions, ["previous_response_id"] * len(earlier) + origins)
         conversation = conversation_of(messages, message_origins)
         tools = proxy_tools(chat_tools)
         options, tools = answer_options(wire, tools, duet.service_tool_names)
         return RunRequest(wire.model, wire.stream, conversation, tools, options, user=wire.user, wire=wire,
-                          state={"client_tools": client_tools, "items": earlier + items, "tools": body.get("tools") or []})
+                          state={"client_tools": client_tools, "items": earlier + items, "tools": body.get("tools") or [],
+                                 "owner": owner})
 
-    async def _referenced(self, item: Mapping[str, Any], param: str, earlier: list[dict[str, Any]],
-                          records: list[dict[str, Any]]) -> dict[str, Any]:
+    async def _referenced(self, item: Mapping[str, Any], param: str, owner: str, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The item an ``item_reference`` names: from a stored response's output (or input)."""
         item_id = item.get("id")
         if not isinstance(item_id, str) or not item_id:
@@ -79,11 +86,10 @@ class Responses(WireProtocol[ParsedResponses]):
             found = _item(record, item_id)
             if found is not None:
                 return found
-        record = await self.store.record_with_item(item_id)
+        record = await self.store.record_with_item(owner, item_id)
         found = _item(record, item_id) if record is not None else None
         if found is None:
-            raise APIError(404, f"{param}.id: no stored item '{item_id[:100]}' (never stored, store: false, or expired)",
-                           param=f"{param}.id", code="item_not_found")
+            raise not_found(f"{param}.id", "item", item_id, self.store.item_unsaved(owner, item_id), "item_not_found")
         records.append(record)  # type: ignore[arg-type]
         return found
 
@@ -97,19 +103,37 @@ class Responses(WireProtocol[ParsedResponses]):
         return ResponseFold(self._shell(request, response_id), request.state["client_tools"])
 
     async def completed(self, request: RunRequest, writer: ResponseWriter) -> None:
+        """Stores a finished response, then ends it: a response that could not be stored says ``store:
+        false`` (in the body, in the stream's last event) and is named in the collected response's header."""
         assert isinstance(writer, ResponseFold)
         response = writer.response
-        if not request.wire.stored or response.status not in ("completed", "incomplete"):
-            return
-        body = response.model_dump(mode="json")
-        await self.store.put(body, request.state["items"] + body["output"])
+        if request.wire.stored and response.status in ("completed", "incomplete"):
+            body = response.model_dump(mode="json")
+            if not await self.store.put(request.state["owner"], body, request.state["items"] + body["output"]):
+                response.store = False
+                request.unsaved.append("response")
+                logger.info("response %s was answered but not stored (the response store is unavailable): it says store: false",
+                            response.id)
+        writer.end()
 
-    async def retrieve(self, response_id: str) -> dict[str, Any]:
-        """``GET /v1/responses/{id}``: the stored response, or 404."""
-        record = await self.store.response(response_id)
+    async def retrieve(self, response_id: str, owner: str) -> dict[str, Any]:
+        """``GET /v1/responses/{id}``: ``owner``'s stored response, or 404."""
+        record = await self.store.response(owner, response_id)
         if record is None:
-            raise APIError(404, f"no stored response '{response_id[:100]}'", param="response_id", code="not_found")
+            raise not_found("response_id", "response", response_id, self.store.response_unsaved(owner, response_id), "not_found")
         return record["response"]  # type: ignore[no-any-return]
+
+
+def not_found(param: str, what: str, given_id: str, unsaved: bool, code: str) -> APIError:
+    """The 404 of a stored response or item that is not there: what this process knows of it (it
+    answered it while the store was down), else every reason it may be missing, none of them blamed."""
+    if unsaved:
+        message = (f"{param}: the {what} '{given_id[:100]}' was not stored: the response store was unavailable when it "
+                   "was answered (that response said store: false); send the whole conversation as input")
+    else:
+        message = (f"{param}: no stored {what} '{given_id[:100]}' (never stored, stored with store: false, expired, or "
+                   "not saved during a store outage)")
+    return APIError(404, message, param=param, code=code)
 
 
 def _item(record: dict[str, Any], item_id: str) -> dict[str, Any] | None:

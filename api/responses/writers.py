@@ -153,6 +153,9 @@ class ResponseFold:
         response.usage = ResponseUsage.of(prompt_tokens, completion_tokens, reasoning_tokens)
         self._finished = True
 
+    def end(self) -> None:
+        """The response is complete and stored (or not: ``store`` says which); a stream writes its last event here."""
+
     def error(self, error: APIError) -> None:
         if self._open is not None:  # no done event: the item stays as far as it got
             self._set_text(self._open, "".join(self._texts))
@@ -275,9 +278,10 @@ class ResponseStreamWriter(ResponseFold):
                                                                   "arguments": text})
         self._event("response.output_item.done", {"output_index": index, "item": item.model_dump(mode="json", exclude_none=True)})
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
-        super().finish(reason, prompt_tokens, completion_tokens, reasoning_tokens)
-        self._lifecycle("response.incomplete" if self.response.status == "incomplete" else "response.completed")
+    def end(self) -> None:
+        # Written once the response is stored (or could not be): its ``store`` tells the truth.
+        if self._finished:
+            self._lifecycle("response.incomplete" if self.response.status == "incomplete" else "response.completed")
 
     def error(self, error: APIError) -> None:
         super().error(error)
