@@ -21,8 +21,9 @@ turn unless said otherwise:
   while the reasoner works: the time from the hang-up to the upstream seeing its stream's
   connection close (its reader wakes on the close: ``tests/scripted_upstream.py``).
 - ``stall`` (chat): ``--streams`` long streams read to their end, then the same number that stop
-  reading and, once stuck, all hang up at once; meanwhile one unrelated request after another. Its
-  worst wait in each case.
+  reading and, once stuck, all hang up at once; meanwhile four clients send one unrelated request
+  after another. The worst wait of those that overlap the streams being read, and the worst of
+  those that overlap the hang-ups until Duet has cancelled every stream.
 - ``memory``: ``duet serve --workers 2``; ``--rounds`` rounds of ``--round-size`` hang-ups at every
   point of a request (``tests/aborts.py``) per protocol; each worker's RSS after each round (once no
   request is in flight), and its growth per round after the first (the warm-up).
@@ -324,58 +325,70 @@ def part_open(port: int, upstream: Upstream, clients: int, at_once: int, backgro
     return results
 
 
-async def _probe_while(port: int, busy: asyncio.Future[None]) -> list[float]:
-    """One unrelated streamed request after another until ``busy`` is done: how long each took."""
+async def _probes(port: int, clients: int, done: asyncio.Future[None]) -> list[tuple[float, float]]:
+    """``clients`` clients sending one unrelated streamed request after another until ``done``: when
+    each began, and how long it took."""
     loop = asyncio.get_running_loop()
     request = protocol_request("chat", f"{PROBE} [[probe]]", True)
-    waits: list[float] = []
-    while not busy.done():
-        started = time.monotonic()
-        sock = await _connected(port)
-        try:
-            await loop.sock_sendall(sock, request)
-            await _read_until(sock, b"[DONE]", timeout=120)
-        finally:
-            sock.close()
-        waits.append(time.monotonic() - started)
+    waits: list[tuple[float, float]] = []
+
+    async def client() -> None:
+        while not done.done():
+            started = time.monotonic()
+            sock = await _connected(port)
+            try:
+                await loop.sock_sendall(sock, request)
+                await _read_until(sock, b"[DONE]", timeout=120)
+            finally:
+                sock.close()
+            waits.append((started, time.monotonic() - started))
+
+    await asyncio.gather(*(client() for _ in range(clients)))
     return waits
 
 
-async def _long_streams(port: int, count: int, read: bool) -> float:
+async def _long_streams(port: int, upstream: Upstream, count: int, read: bool, mark: str) -> tuple[float, float]:
     """``count`` long streams, read to their end; or (``read`` false) read to their first words, left
-    unread until stuck, then all hung up at once (RST: data is left unread). Returns the hang-up's time."""
-    request = protocol_request("chat", f"{LONG_STORY} [[stall]]", True)
+    unread until stuck, then all hung up at once (RST: data is left unread) and waited for until the
+    upstream has seen every one of their model calls end. The window measured: when the streams were
+    sent (or hung up), and when they were all read (or given up)."""
+    request = protocol_request("chat", f"{LONG_STORY} [[{mark}]]", True)
     loop = asyncio.get_running_loop()
     socks = [await _connected(port, receive_buffer=0 if read else 4096) for _ in range(count)]
     try:
+        sent = time.monotonic()
         await asyncio.gather(*(loop.sock_sendall(sock, request) for sock in socks))
         if read:
             await asyncio.gather(*(_read_until(sock, b"[DONE]", timeout=300) for sock in socks))
-            return time.monotonic()
+            return sent, time.monotonic()
         await asyncio.gather(*(_read_until(sock, b'"content":"word') for sock in socks))
         await asyncio.sleep(3)  # the buffers between Duet and each client fill, then Duet's own
-        return max(_hang_up(sock, reset=True) for sock in socks)
+        hung_up = min(_hang_up(sock, reset=True) for sock in socks)
+        while any(call["mark"] == mark and call["event"] == "arrived" for call in upstream.calls().values()):
+            await asyncio.sleep(0.05)
+        return hung_up, time.monotonic()
     finally:
         for sock in socks:
             sock.close()
 
 
-def part_stall(port: int, streams: int) -> dict[str, Any]:
+def part_stall(port: int, upstream: Upstream, streams: int, probe_clients: int = 4) -> dict[str, Any]:
+    """The worst wait of an unrelated request (``probe_clients`` asking one after another) while
+    ``streams`` long streams are read to their end, and while the same streams, left unread, are
+    cancelled (from their hang-up until Duet has none in flight)."""
     results: dict[str, Any] = {}
     for case in ("read", "unread"):
-        async def run() -> tuple[list[float], float]:
+        async def run() -> tuple[list[tuple[float, float]], tuple[float, float]]:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            probes = asyncio.ensure_future(_probe_while(port, done))
-            hung_up = await _long_streams(port, streams, read=case == "read")
-            if case == "unread":  # the window: from the hang-ups until Duet has cancelled every stream
-                await asyncio.to_thread(wait_idle, port)
+            probes = asyncio.ensure_future(_probes(port, probe_clients, done))
+            window = await _long_streams(port, upstream, streams, read=case == "read", mark=f"stall-{case}")
             done.set_result(None)
-            return await probes, time.monotonic() - hung_up
+            return await probes, window
 
-        waits, cancelled_in = asyncio.run(run())
-        results[case] = {"streams": streams, "probe_requests": len(waits), "probe": percentiles(waits)}
-        if case == "unread":
-            results[case]["all_cancelled_after_s"] = round(cancelled_in, 2)
+        probes, (begin, end) = asyncio.run(run())
+        during = [wait for started, wait in probes if started < end and started + wait > begin]
+        results[case] = {"streams": streams, "window_s": round(end - begin, 2), "probe_requests": len(during),
+                         "probe": percentiles(during)}
         wait_idle(port)
     results["worst_wait_difference_ms"] = round(results["unread"]["probe"]["max_ms"] - results["read"]["probe"]["max_ms"], 1)
     return results
@@ -499,7 +512,7 @@ def main() -> None:
                 if "open" in parts:
                     results["open"] = part_open(port, upstream, args.open_clients, args.at_once, args.background)
                 if "stall" in parts:
-                    results["stall"] = part_stall(port, args.streams)
+                    results["stall"] = part_stall(port, upstream, args.streams)
         if "memory" in parts:
             results["memory"] = part_memory(upstream, directory, args.rounds, args.round_size, args.workers)
     results["summary"] = summary(results)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from tests.scripted_upstream import Reply, ScriptedCall
@@ -39,10 +40,18 @@ async def slow_lookup(query: str) -> str:
     return f"found {query}"
 
 
+@service_tool(timeout=5)
+async def frozen_lookup(query: str) -> str:
+    """Looks something up while holding the event loop (CPU-bound work, or a server too busy to read
+    its connections): a client that hangs up meanwhile is read only after it returns."""
+    time.sleep(0.5)
+    return f"found {query}"
+
+
 PROBE = "probe"
 """In a user message: a quick answer (a request that measures how long others wait)."""
 LONG_STORY = "long_story"
-"""In a user message: a quick reasoning, then a long answer (~320 KB of text in 400 pieces, 20 ms apart)."""
+"""In a user message: a quick reasoning, then a long answer (~350 KB of text in 40 pieces, 0.1 s apart)."""
 
 
 def abort_responder(body: dict[str, Any]) -> Reply:
@@ -55,8 +64,8 @@ def abort_responder(body: dict[str, Any]) -> Reply:
             return Reply(reasoning=["quick."])
         if PROBE in last:
             return Reply(content=["ok"])
-        piece = "".join(f"word{i} " for i in range(100))
-        return Reply(content=[piece] * 400, delay_between=0.02)
+        piece = "".join(f"word{i} " for i in range(1000))
+        return Reply(content=[piece] * 40, delay_between=0.1)
     point = next((p for p in ABORT_POINTS if p in last), "answer")
     if any(m.get("role") == "tool" for m in messages):
         return Reply(content=["done"])
