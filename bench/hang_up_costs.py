@@ -24,9 +24,10 @@ turn unless said otherwise:
   reading and, once stuck, all hang up at once; meanwhile four clients send one unrelated request
   after another. The worst wait of those that overlap the streams being read, and the worst of
   those that overlap the hang-ups until Duet has cancelled every stream.
-- ``memory``: ``duet serve --workers 2``; ``--rounds`` rounds of ``--round-size`` hang-ups at every
-  point of a request (``tests/aborts.py``) per protocol; each worker's RSS after each round (once no
-  request is in flight), and its growth per round after the first (the warm-up).
+- ``memory``: ``duet serve --workers 2``; ``--warm-up`` rounds (the protocols in turn), then
+  ``--rounds`` rounds of ``--round-size`` hang-ups at every point of a request (``tests/aborts.py``)
+  per protocol; each worker's RSS after each round (once no request is in flight), and its growth
+  per round (the least-squares slope over the protocol's rounds, and over them after the first).
 
 Writes ``bench/results/hang_up_costs-<time>.json`` and prints a summary. Run from the repository
 root: ``.venv/bin/python bench/hang_up_costs.py`` (``--help`` for options).
@@ -53,7 +54,7 @@ import httpx
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
 
-from harness import ANSWER, REASONER, ROOT, free_port, in_flight, memory_mb, start_duet, stop, wait_up  # noqa: E402
+from harness import ANSWER, REASONER, ROOT, cpu_seconds, free_port, in_flight, memory_mb, start_duet, stop, wait_up  # noqa: E402
 from tests.aborts import LONG_STORY, PROBE, PROTOCOLS, abort_many, protocol_request, read_until  # noqa: E402
 
 LATE_AFTER = 0.010  # a model call that reaches the upstream later than this after its client's hang-up is late
@@ -347,48 +348,50 @@ async def _probes(port: int, clients: int, done: asyncio.Future[None]) -> list[t
     return waits
 
 
-async def _long_streams(port: int, upstream: Upstream, count: int, read: bool, mark: str) -> tuple[float, float]:
+async def _long_streams(port: int, duet_pid: int, upstream: Upstream, count: int, read: bool, mark: str) -> tuple[float, float, float]:
     """``count`` long streams, read to their end; or (``read`` false) read to their first words, left
     unread until stuck, then all hung up at once (RST: data is left unread) and waited for until the
     upstream has seen every one of their model calls end. The window measured: when the streams were
-    sent (or hung up), and when they were all read (or given up)."""
+    sent (or hung up), when they were all read (or given up), and Duet's CPU seconds in between."""
     request = protocol_request("chat", f"{LONG_STORY} [[{mark}]]", True)
     loop = asyncio.get_running_loop()
     socks = [await _connected(port, receive_buffer=0 if read else 4096) for _ in range(count)]
     try:
-        sent = time.monotonic()
+        sent, cpu = time.monotonic(), cpu_seconds(duet_pid)
         await asyncio.gather(*(loop.sock_sendall(sock, request) for sock in socks))
         if read:
             await asyncio.gather(*(_read_until(sock, b"[DONE]", timeout=300) for sock in socks))
-            return sent, time.monotonic()
+            return sent, time.monotonic(), cpu_seconds(duet_pid) - cpu
         await asyncio.gather(*(_read_until(sock, b'"content":"word') for sock in socks))
         await asyncio.sleep(3)  # the buffers between Duet and each client fill, then Duet's own
+        cpu = cpu_seconds(duet_pid)
         hung_up = min(_hang_up(sock, reset=True) for sock in socks)
         while any(call["mark"] == mark and call["event"] == "arrived" for call in upstream.calls().values()):
             await asyncio.sleep(0.05)
-        return hung_up, time.monotonic()
+        return hung_up, time.monotonic(), cpu_seconds(duet_pid) - cpu
     finally:
         for sock in socks:
             sock.close()
 
 
-def part_stall(port: int, upstream: Upstream, streams: int, probe_clients: int = 4) -> dict[str, Any]:
+def part_stall(port: int, duet_pid: int, upstream: Upstream, streams: int, probe_clients: int = 4) -> dict[str, Any]:
     """The worst wait of an unrelated request (``probe_clients`` asking one after another) while
     ``streams`` long streams are read to their end, and while the same streams, left unread, are
-    cancelled (from their hang-up until Duet has none in flight)."""
+    cancelled (from their hang-up until the upstream has seen each of their calls end); and the CPU
+    time Duet spent in each window."""
     results: dict[str, Any] = {}
     for case in ("read", "unread"):
-        async def run() -> tuple[list[tuple[float, float]], tuple[float, float]]:
+        async def run() -> tuple[list[tuple[float, float]], tuple[float, float, float]]:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             probes = asyncio.ensure_future(_probes(port, probe_clients, done))
-            window = await _long_streams(port, upstream, streams, read=case == "read", mark=f"stall-{case}")
+            window = await _long_streams(port, duet_pid, upstream, streams, read=case == "read", mark=f"stall-{case}")
             done.set_result(None)
             return await probes, window
 
-        probes, (begin, end) = asyncio.run(run())
+        probes, (begin, end, cpu) = asyncio.run(run())
         during = [wait for started, wait in probes if started < end and started + wait > begin]
-        results[case] = {"streams": streams, "window_s": round(end - begin, 2), "probe_requests": len(during),
-                         "probe": percentiles(during)}
+        results[case] = {"streams": streams, "window_s": round(end - begin, 2), "duet_cpu_s": round(cpu, 2),
+                         "probe_requests": len(during), "probe": percentiles(during)}
         wait_idle(port)
     results["worst_wait_difference_ms"] = round(results["unread"]["probe"]["max_ms"] - results["read"]["probe"]["max_ms"], 1)
     return results
@@ -406,9 +409,9 @@ def worker_pids(port: int, workers: int, timeout: float = 30.0) -> list[int]:
     return sorted(found)
 
 
-def growth_per_round(rss: list[float]) -> float:
-    """The least-squares slope of RSS over the rounds after the first (the warm-up), in MB a round."""
-    points = list(enumerate(rss))[1:]
+def growth_per_round(rss: list[float], skip: int = 0) -> float:
+    """The least-squares slope of RSS over the rounds (after the first ``skip``), in MB a round."""
+    points = list(enumerate(rss))[skip:]
     if len(points) < 2:
         return float("nan")
     mean_x = statistics.mean(x for x, _ in points)
@@ -416,23 +419,38 @@ def growth_per_round(rss: list[float]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
 
 
-def part_memory(upstream: Upstream, directory: Path, rounds: int, round_size: int, workers: int) -> dict[str, Any]:
-    results: dict[str, Any] = {"workers": workers, "rounds": rounds, "hang_ups_per_round": round_size}
+def _memory_round(port: int, pids: list[int], protocol: str, size: int) -> dict[int, float]:
+    """``size`` hang-ups in ``protocol`` spread over every point of a request; then, once no request
+    is in flight, each worker's RSS."""
+    asyncio.run(abort_many(port, "duet", size, "", concurrency=16, protocol=protocol))
+    wait_idle(port, len(pids))
+    time.sleep(1.0)  # the last runs' teams settle
+    return {pid: round(memory_mb(pid)[0], 2) for pid in pids}
+
+
+def part_memory(upstream: Upstream, directory: Path, rounds: int, round_size: int, workers: int, warm_up: int) -> dict[str, Any]:
+    """``warm_up`` rounds (the protocols in turn), then ``rounds`` rounds of each protocol; each
+    worker's RSS after each round, and its growth per round over each protocol's rounds (and over
+    them after the first, as the issue measured)."""
+    results: dict[str, Any] = {"workers": workers, "rounds": rounds, "hang_ups_per_round": round_size, "warm_up_rounds": warm_up}
     with duet_process(upstream, directory, workers) as (port, _):
         pids = worker_pids(port, workers)
         results["rss_started_mb"] = {str(pid): round(memory_mb(pid)[0], 1) for pid in pids}
+        warm: dict[int, list[float]] = {pid: [] for pid in pids}
+        for number in range(warm_up):
+            for pid, rss in _memory_round(port, pids, PROTOCOLS[number % len(PROTOCOLS)], round_size).items():
+                warm[pid].append(rss)
+        results["warm_up_rss_mb"] = {str(pid): values for pid, values in warm.items()}
         for protocol in PROTOCOLS:
-            rss: dict[int, list[float]] = {pid: [] for pid in pids}
+            measured: dict[int, list[float]] = {pid: [] for pid in pids}
             for _ in range(rounds):
-                asyncio.run(abort_many(port, "duet", round_size, "", concurrency=16, protocol=protocol))
-                wait_idle(port, workers)
-                time.sleep(1.0)  # the last runs' teams settle
-                for pid in pids:
-                    rss[pid].append(round(memory_mb(pid)[0], 2))
-            results[protocol] = {str(pid): {"rss_mb": values, "growth_mb_per_round": round(growth_per_round(values), 3)}
-                                 for pid, values in rss.items()}
+                for pid, rss in _memory_round(port, pids, protocol, round_size).items():
+                    measured[pid].append(rss)
+            results[protocol] = {str(pid): {"rss_mb": values, "growth_mb_per_round": round(growth_per_round(values), 3),
+                                            "growth_after_first_mb_per_round": round(growth_per_round(values, 1), 3)}
+                                 for pid, values in measured.items()}
             print(f"  memory {protocol}: " + "; ".join(f"worker {pid}: {values[0]:.1f} -> {values[-1]:.1f} MB "
-                                                        f"({growth_per_round(values):+.3f} MB/round)" for pid, values in rss.items()),
+                                                        f"({growth_per_round(values):+.3f} MB/round)" for pid, values in measured.items()),
                   flush=True)
     return results
 
@@ -476,8 +494,9 @@ def summary(results: dict[str, Any]) -> list[str]:
     for protocol in PROTOCOLS:
         if protocol in results.get("memory", {}):
             workers = results["memory"][protocol]
-            lines.append(f"memory ({protocol}): growth per round after the first: " +
-                         ", ".join(f"{w['growth_mb_per_round']:+.3f} MB (worker {pid})" for pid, w in workers.items()))
+            lines.append(f"memory ({protocol}): growth per round, after {results['memory']['warm_up_rounds']} warm-up rounds: " +
+                         ", ".join(f"{w['growth_mb_per_round']:+.3f} MB (worker {pid}; after the first: "
+                                   f"{w['growth_after_first_mb_per_round']:+.3f})" for pid, w in workers.items()))
     return lines
 
 
@@ -485,17 +504,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", default="late,tool,open,stall,memory", help="which parts, comma-separated")
     parser.add_argument("--clients", type=int, default=1000, help="before-first-byte (and mid-body) hang-ups (default 1000)")
-    parser.add_argument("--at-once", type=int, default=50, help="clients at a time (default 50)")
+    parser.add_argument("--at-once", type=int, default=20, help="clients at a time (default 20)")
     parser.add_argument("--within", type=float, default=5.0,
                         help="before-first-byte clients hang up this many ms after sending, at most (evenly spread; default 5)")
-    parser.add_argument("--background", type=int, default=20,
-                        help="clients streaming ordinary answers during the late, tool and open parts (default 20)")
+    parser.add_argument("--background", type=int, default=10,
+                        help="clients streaming ordinary answers during the late, tool and open parts (default 10)")
     parser.add_argument("--tool-clients", type=int, default=300, help="hang-ups on a tool call's line (default 300)")
     parser.add_argument("--open-clients", type=int, default=300, help="hang-ups at each point of an open stream (default 300)")
     parser.add_argument("--streams", type=int, default=200, help="long streams of the stall part (default 200)")
     parser.add_argument("--rounds", type=int, default=6, help="memory rounds per protocol (default 6)")
     parser.add_argument("--round-size", type=int, default=500, help="hang-ups per memory round (default 500)")
     parser.add_argument("--workers", type=int, default=2, help="workers of the memory part (default 2)")
+    parser.add_argument("--warm-up", type=int, default=6,
+                        help="memory rounds before the measured ones, the protocols in turn (default 6: RSS levels off after them)")
     parser.add_argument("--label", default="", help="a note kept with the results (which code ran)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -504,7 +525,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder, upstream_process(Path(folder)) as upstream:
         directory = Path(folder)
         if parts & {"late", "tool", "open", "stall"}:
-            with duet_process(upstream, directory) as (port, _):
+            with duet_process(upstream, directory) as (port, duet):
                 if "late" in parts:
                     results["late"] = part_late(port, upstream, args.clients, args.at_once, args.within / 1000, args.background)
                 if "tool" in parts:
@@ -512,9 +533,9 @@ def main() -> None:
                 if "open" in parts:
                     results["open"] = part_open(port, upstream, args.open_clients, args.at_once, args.background)
                 if "stall" in parts:
-                    results["stall"] = part_stall(port, upstream, args.streams)
+                    results["stall"] = part_stall(port, duet.pid, upstream, args.streams)
         if "memory" in parts:
-            results["memory"] = part_memory(upstream, directory, args.rounds, args.round_size, args.workers)
+            results["memory"] = part_memory(upstream, directory, args.rounds, args.round_size, args.workers, args.warm_up)
     results["summary"] = summary(results)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"hang_up_costs-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -581,6 +581,9 @@ def main() -> None:
     else:
         responder = _bench_responder(args.reasoning_tokens, args.answer_tokens, args.delay_between)
     recorder = request_recorder(args.record) if args.record else None
+    import uvloop  # a server of its own process, as fast as the model servers it stands for (vLLM runs on uvloop)
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     upstream = ScriptedUpstream(args.host, args.port, responder, on_request=recorder).start()
     print(f"scripted upstream on {upstream.base_url}", flush=True)
     try:
