@@ -228,8 +228,6 @@ class Service:
             # leaves before a model call starts never costs one.
             token = RunToken(caller_gone=request.scope.get(CLIENT_GONE))
             disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
-            if disconnected.done():  # gone already (its hang-up is in the kernel, unread): no run at all
-                return Response(status_code=499)
             response_id = f"{protocol.id_prefix}{random_id()}"
             try:
                 run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,

@@ -266,22 +266,8 @@ class ScriptedUpstream:
         writer: asyncio.StreamWriter,
         peer_port: int = 0,
     ) -> bool:
-        if method == "GET" and path.endswith("/models"):
-            reply = self.models_reply or Reply()
-            if reply.delay and await _closed_within(reader, reply.delay):
-                return False
-            if reply.status != 200:
-                payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
-            else:
-                payload = json.dumps({"object": "list", "data": [{"id": model, "object": "model"} for model in self._scripts]}).encode()
-            writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
-            await writer.drain()
-            return True
         if method != "POST" or not path.endswith("/chat/completions"):
-            payload = b'{"error": {"message": "not found"}}'
-            writer.write(self._head(404, "application/json", len(payload)) + payload)
-            await writer.drain()
-            return True
+            return await self._respond_elsewhere(method, path, headers, reader, writer)
         body = json.loads(raw)
         record = RecordedRequest(
             model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic(), peer_port=peer_port
@@ -325,6 +311,26 @@ class ScriptedUpstream:
             record.ended.set()
             if self._on_request is not None:
                 self._on_request("ended", record)
+
+    async def _respond_elsewhere(
+        self, method: str, path: str, headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """``GET /models`` (as :attr:`models_reply` says), and 404 for any other path."""
+        if method == "GET" and path.endswith("/models"):
+            reply = self.models_reply or Reply()
+            if reply.delay and await _closed_within(reader, reply.delay):
+                return False
+            if reply.status != 200:
+                payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
+            else:
+                payload = json.dumps({"object": "list", "data": [{"id": model, "object": "model"} for model in self._scripts]}).encode()
+            writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
+            await writer.drain()
+            return True
+        payload = b'{"error": {"message": "not found"}}'
+        writer.write(self._head(404, "application/json", len(payload)) + payload)
+        await writer.drain()
+        return True
 
     def _missing_reasoning(self, body: dict[str, Any]) -> Reply | None:
         """DeepSeek's refusal of a thinking-mode request whose tool-call turn lacks its reasoning."""
