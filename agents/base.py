@@ -152,13 +152,19 @@ class DuetAgent(BaseChatAgent):
         """The agent's turn in a Duet run: its events go to the run's reader, and its reply comes back.
         ``first_event`` is done once the first event has been handed on."""
         response: Response | None = None
+        turn = self._turn(messages, run, cancellation_token)
         try:
-            async for item in self._turn(messages, run, cancellation_token):
+            async for item in turn:
                 if isinstance(item, Response):
                     response = item
                     continue
                 if not run.emit(item):  # the reader is behind: read no further from the model until it catches up
                     await run.room()
+                    if cancellation_token.is_cancelled():
+                        # The reader is gone (a client that stopped reading, then hung up): what the model
+                        # sent meanwhile is not worth parsing and rendering for nobody.
+                        await turn.aclose()
+                        raise asyncio.CancelledError()
                 item = None  # handed on: not kept while the next one is awaited
                 if first_event is not None:
                     _settle(first_event)

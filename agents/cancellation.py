@@ -20,12 +20,24 @@ def unlink(token: CancellationToken, callback: Callable[[], None]) -> None:
 
 
 def child_token(parent: CancellationToken) -> "RunToken":
-    """A token cancelled when ``parent`` is (or on its own: a call's time limit). Pass it to
-    :func:`unlink_child` when the call ends: ``parent`` would otherwise keep it, and all it linked
-    (the call's upstream response), for as long as ``parent`` lives."""
-    child = RunToken()
+    """A token cancelled when ``parent`` is (or on its own: a call's time limit), and asking what
+    ``parent`` asks (:meth:`RunToken.caller_gone`). Pass it to :func:`unlink_child` when the call
+    ends: ``parent`` would otherwise keep it, and all it linked (the call's upstream response), for as
+    long as ``parent`` lives."""
+    child = RunToken(caller_gone=parent.caller_gone if isinstance(parent, RunToken) else None)
     parent.add_callback(child.cancel)
     return child
+
+
+def still_wanted(token: CancellationToken | None) -> bool:
+    """False when ``token`` is cancelled, or when the caller of its run is found gone now (a
+    :class:`RunToken`'s ``caller_gone``: then the token is cancelled here). Ask it just before
+    something that costs (a model request going out), not in every loop."""
+    if token is None:
+        return True
+    if isinstance(token, RunToken):
+        return not token.caller_gone()
+    return not token.is_cancelled()
 
 
 def unlink_child(parent: CancellationToken, child: CancellationToken) -> None:
@@ -41,6 +53,10 @@ class RunToken(CancellationToken):
     upstream request (its response), every tool call, until the run ends. A done future has nothing
     left to cancel. Cancelling works as for the stock token.
 
+    ``caller_gone``, when given, tells whether whoever waits for the run has gone without having
+    cancelled it yet (the HTTP edge asks the kernel whether the client closed its connection, which
+    a busy event loop reads only later): :meth:`caller_gone` asks it, and cancels the token if so.
+
     >>> async def main():
     ...     token = RunToken()
     ...     future = token.link_future(asyncio.get_running_loop().create_future())
@@ -50,6 +66,19 @@ class RunToken(CancellationToken):
     >>> asyncio.run(main())
     0
     """
+
+    def __init__(self, caller_gone: Callable[[], bool] | None = None) -> None:
+        super().__init__()
+        self._caller_gone = caller_gone
+
+    def caller_gone(self) -> bool:
+        """Whether the run is cancelled, or its caller has gone (then it is cancelled now)."""
+        if self._cancelled:
+            return True
+        if self._caller_gone is not None and self._caller_gone():
+            self.cancel()
+            return True
+        return False
 
     def link_future(self, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
         with self._lock:

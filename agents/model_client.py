@@ -63,7 +63,7 @@ from .errors import (
     upstream_error_text,
 )
 from . import wire_json
-from .cancellation import unlink
+from .cancellation import still_wanted, unlink
 from .observe import request_sent_hook, upstream_headers
 from .small_deque import lighten_deque
 from .text_parts import TextParts
@@ -349,15 +349,23 @@ def _received_before_failure(content: aiohttp.StreamReader) -> bytes:
 
 
 class _SentBody(aiohttp.BytesPayload):
-    """A request's body that tells ``sent`` once it has been written to the connection."""
+    """A request's body that is written only if ``cancellation_token`` is still wanted (its caller
+    may have gone since the call began, while the connection was found), and tells ``sent`` once it
+    has been written to the connection."""
 
-    def __init__(self, body: bytes, sent: Callable[[], None]) -> None:
+    def __init__(self, body: bytes, sent: Callable[[], None] | None, cancellation_token: CancellationToken | None) -> None:
         super().__init__(body)
         self._sent = sent
+        self._token = cancellation_token
 
     async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        # The last moment before the upstream sees a request (its head goes out with the body): a
+        # client gone by now costs no model call. aiohttp closes the connection, nothing written.
+        if not still_wanted(self._token):
+            raise asyncio.CancelledError()
         await super().write_with_length(writer, content_length)
-        self._sent()
+        if self._sent is not None:
+            self._sent()
 
 
 def _hold_reading(response: aiohttp.ClientResponse) -> Any:
@@ -783,7 +791,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         if tracing:
             headers = {**headers, **tracing}
         sent = request_sent_hook.get()
-        data: bytes | _SentBody = body if sent is None else _SentBody(body, sent)
+        data: bytes | _SentBody = body if sent is None and cancellation_token is None else _SentBody(body, sent, cancellation_token)
         task = asyncio.current_task()
         if cancellation_token is None or task is None:
             response = await session.post(url, data=data, headers=headers)

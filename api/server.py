@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import resource
+import select
 import socket
 import time
 import weakref
@@ -30,7 +31,7 @@ from duet.agents.small_deque import SmallDeque, lighten_deque
 from .process import freeze_startup_objects
 from .protocol import ErrorBody, ErrorDetail
 from .settings import ServiceOptions
-from .sse import ABORT_CONNECTION, HOLD_WRITES, WATCH_DISCONNECT
+from .sse import ABORT_CONNECTION, CLIENT_GONE, HOLD_WRITES, WATCH_DISCONNECT
 
 logger = logging.getLogger("duet")
 
@@ -44,6 +45,19 @@ def _head_too_large(max_bytes: int) -> bytes:
     body = json.dumps(ErrorBody(error=detail).model_dump()).encode()
     return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+
+
+_HUNG_UP = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR  # POLLRDHUP (Linux): the peer sent its FIN
+
+
+def peer_hung_up(fd: int) -> bool:
+    """Whether the peer of the connected socket ``fd`` has closed its side or reset the connection,
+    asked of the kernel now (one ``poll``, no read): what the event loop would learn in its next turn.
+    Data waiting to be read (a pipelined request) is no hang-up. Without ``POLLRDHUP`` (not Linux)
+    only a reset is seen."""
+    poller = select.poll()
+    poller.register(fd, _HUNG_UP)
+    return bool(poller.poll(0))
 
 
 class _HeldWrites:
@@ -96,7 +110,8 @@ class _EdgeState:
     28 attributes, and an object with more than 29 gets a dict of its own instead of its class's shared
     keys (CPython 3.11: ~1.3 KB more for every open connection)."""
 
-    __slots__ = ("head_budget", "heads_read", "head_timer", "head_since", "head_begun", "unread_body_timer", "disconnect_watchers")
+    __slots__ = ("head_budget", "heads_read", "head_timer", "head_since", "head_begun", "unread_body_timer", "disconnect_watchers",
+                 "fd")
 
     def __init__(self) -> None:
         self.head_budget = -1  # bytes the current request head may still take; -1 while no head is read
@@ -105,7 +120,9 @@ class _EdgeState:
         self.head_since = 0.0
         self.head_begun = False  # a kept-alive connection's next head began and is not complete
         self.unread_body_timer: asyncio.TimerHandle | None = None
-        self.disconnect_watchers: list[asyncio.Future[None]] | None = None  # of the running request (WATCH_DISCONNECT)
+        # Of the running request (WATCH_DISCONNECT): each future, and what to call before it is set.
+        self.disconnect_watchers: list[tuple[asyncio.Future[None], Callable[[], object] | None]] | None = None
+        self.fd = -1  # the connection's socket (CLIENT_GONE); -1: none to ask
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -127,6 +144,9 @@ class EdgeProtocol(HttpToolsProtocol):
             transport.close()  # at the cap, every connection busy with a request: refuse at once
             return
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._edge.fd = sock.fileno()
         lighten_deque(self.flow._is_writable_event, "_waiters", only_empty=True)
         self._edge.head_budget = self.options.max_header_bytes
         self._start_head_timer()  # a connection that never sends a full head is closed too
@@ -146,6 +166,12 @@ class EdgeProtocol(HttpToolsProtocol):
         self.connections.discard(victim)
         victim.transport.close()
         return True
+
+    def eof_received(self) -> None:
+        # The client closed its side: uvicorn closes the connection, whose loss is told a turn of the
+        # loop later; the request's watchers are told now, before any other task runs.
+        self._tell_gone()
+        return super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._tell_gone()
@@ -205,6 +231,7 @@ class EdgeProtocol(HttpToolsProtocol):
             self._cancel_head_timer()
         self.scope[ABORT_CONNECTION] = self.transport.abort  # type: ignore[typeddict-unknown-key]
         self.scope[WATCH_DISCONNECT] = self._watch_disconnect  # type: ignore[typeddict-unknown-key]
+        self.scope[CLIENT_GONE] = self._client_gone  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
         if self.cycle is not None:
             lighten_deque(self.cycle.message_event, "_waiters", only_empty=True)
@@ -212,24 +239,41 @@ class EdgeProtocol(HttpToolsProtocol):
             # held weakly: the cycle holds the scope, and a cycle of references would wait for the collector.
             self.scope[HOLD_WRITES] = functools.partial(_hold_writes_of, weakref.ref(self.cycle))  # type: ignore[typeddict-unknown-key]
 
-    def _watch_disconnect(self, gone: asyncio.Future[None]) -> None:
-        """Sets ``gone``'s result when the connection is lost or the response is complete
-        (:data:`WATCH_DISCONNECT`): what uvicorn's ``receive`` tells a task waiting in it, without the task.
-        One request at a time runs on a connection (pipelined ones wait for it)."""
+    def _watch_disconnect(self, gone: asyncio.Future[None], then: Callable[[], object] | None = None) -> None:
+        """Calls ``then``, then sets ``gone``'s result, when the client hangs up or the response is
+        complete (:data:`WATCH_DISCONNECT`): what uvicorn's ``receive`` tells a task waiting in it,
+        without the task, and in the step in which the hang-up is read. A hang-up that has reached the
+        kernel but not been read yet (a busy server reads a connection's request before its end) counts
+        at once. One request at a time runs on a connection (pipelined ones wait for it)."""
         cycle = self.cycle
-        if cycle is None or cycle.disconnected or cycle.response_complete or self.transport.is_closing():
-            gone.set_result(None)
+        if cycle is None or cycle.disconnected or cycle.response_complete or self._peer_gone():
+            _tell(gone, then)
             return
         if self._edge.disconnect_watchers is None:
             self._edge.disconnect_watchers = []
-        self._edge.disconnect_watchers.append(gone)
+        self._edge.disconnect_watchers.append((gone, then))
         self.flow.resume_reading()  # as receive does: a hang-up is seen only while the connection is read
+
+    def _peer_gone(self) -> bool:
+        """The connection is closing, or its client has closed or reset it (asked of the kernel)."""
+        if self.transport.is_closing():
+            return True
+        return self._edge.fd >= 0 and peer_hung_up(self._edge.fd)
+
+    def _client_gone(self) -> bool:
+        """:data:`CLIENT_GONE`: whether the client has gone, asking the kernel; if it has, the request's
+        watchers are told now."""
+        cycle = self.cycle
+        if (cycle is not None and cycle.disconnected) or self._peer_gone():
+            self._tell_gone()
+            return True
+        return False
 
     def _tell_gone(self) -> None:
         watchers, self._edge.disconnect_watchers = self._edge.disconnect_watchers, None
-        for gone in watchers or ():
+        for gone, then in watchers or ():
             if not gone.done():  # a cancelled one stopped watching
-                gone.set_result(None)
+                _tell(gone, then)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -268,6 +312,16 @@ class EdgeProtocol(HttpToolsProtocol):
     def _head_timed_out(self) -> None:
         self._edge.head_timer = None
         self._close()
+
+
+def _tell(gone: asyncio.Future[None], then: Callable[[], object] | None) -> None:
+    """Tells a disconnect watcher: ``then`` first (it cancels the request's run), then the future."""
+    if then is not None:
+        try:
+            then()
+        except Exception:  # noqa: BLE001 - in the server's own callback: logged, never raised into the protocol
+            logger.exception("a disconnect callback failed")
+    gone.set_result(None)
 
 
 def protocol_for(options: ServiceOptions) -> type[EdgeProtocol]:

@@ -38,7 +38,7 @@ from .observability import current_observation
 from .protocol import Model, ModelList
 from .rendering import Renderer, ResponseWriter
 from .settings import ServiceOptions
-from .sse import EventStreamResponse, TimedWriteResponse, cancel_and_wait, watch_disconnect
+from .sse import CLIENT_GONE, EventStreamResponse, TimedWriteResponse, cancel_and_wait, watch_disconnect
 from .validation import LARGE_BODY_BYTES, load_body
 
 
@@ -235,10 +235,10 @@ class Service:
             if observation is not None:
                 observation.stream = run_request.stream
             # The disconnect watcher is live before the run exists, and cancels the run's token itself
-            # (the model clients check it before each call): a client that leaves before a model call
-            # starts never costs one. The watcher is made first, so in the next turn of the loop it
-            # tells of a client that is gone already before the run's first step runs.
-            token = RunToken()
+            # as the server reads the hang-up; a hang-up the server has not read yet is found by the
+            # token's question (the model clients ask it as each request goes out): a client that
+            # leaves before a model call starts never costs one.
+            token = RunToken(caller_gone=request.scope.get(CLIENT_GONE))
             disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
             response_id = f"{protocol.id_prefix}{random_id()}"
             try:

@@ -13,7 +13,6 @@ time is over (``stopped``), the stream ends with one error event (or, before its
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from contextvars import ContextVar
 from typing import Any, AsyncIterator, Callable, Iterable, Protocol
@@ -74,9 +73,16 @@ for one after the other. Hold only across writes that follow one another at once
 
 
 WATCH_DISCONNECT = "duet.watch_disconnect"
-"""Scope key of a callable that, given a future, sets its result when the client has gone or the
-response is complete (set by the edge server, :mod:`duet.api.server`): a disconnect watcher that
-costs no task, and no coroutines waiting in ``receive``, for as long as the response lasts."""
+"""Scope key of a callable that, given a future and a callback (or ``None``), calls the callback and
+then sets the future's result when the client has gone or the response is complete (set by the edge
+server, :mod:`duet.api.server`): a disconnect watcher that costs no task, and no coroutines waiting
+in ``receive``, for as long as the response lasts. The callback runs in the same step as the server
+learns of the hang-up, before any other task does."""
+
+CLIENT_GONE = "duet.client_gone"
+"""Scope key of a callable that tells whether the client has closed or reset its connection, asking
+the kernel at once (set by the edge server, :mod:`duet.api.server`): a hang-up that has arrived is
+seen before the event loop gets round to reading it, which on a busy server is a while."""
 
 
 class QuietAbandonedResponses(logging.Filter):
@@ -167,22 +173,16 @@ async def wait_first(futures: Iterable[asyncio.Future[Any]]) -> None:
 
 def watch_disconnect(scope: Scope, receive: Receive, then: Callable[[], object] | None = None) -> asyncio.Future[None]:
     """A future done when the client has gone (or the response is complete); ``then`` is called
-    first, so whoever wakes for the future finds what it cancels cancelled. Cancel the future to stop
+    first, so whoever wakes for the future finds what it cancels cancelled (with the edge server's
+    hook, at once: in the step in which the server learns of the hang-up). Cancel the future to stop
     watching. The edge server's hook (:data:`WATCH_DISCONNECT`) when there is one; on any other
     ASGI server, a task reading ``receive`` (:func:`wait_for_disconnect`)."""
     watch = scope.get(WATCH_DISCONNECT)
     if watch is None:
         return asyncio.ensure_future(wait_for_disconnect(receive, then))
     gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    if then is not None:
-        gone.add_done_callback(functools.partial(_unless_cancelled, then))  # the first callback: runs before any waiter wakes
-    watch(gone)
+    watch(gone, then)  # ``then`` is called as the server learns of the hang-up, not a turn of the loop later
     return gone
-
-
-def _unless_cancelled(then: Callable[[], object], future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        then()
 
 
 async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:

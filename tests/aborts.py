@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from tests.scripted_upstream import Reply, ScriptedCall
@@ -39,11 +40,33 @@ async def slow_lookup(query: str) -> str:
     return f"found {query}"
 
 
+@service_tool(timeout=5)
+async def frozen_lookup(query: str) -> str:
+    """Looks something up while holding the event loop (CPU-bound work, or a server too busy to read
+    its connections): a client that hangs up meanwhile is read only after it returns."""
+    time.sleep(0.5)
+    return f"found {query}"
+
+
+PROBE = "probe"
+"""In a user message: a quick answer (a request that measures how long others wait)."""
+LONG_STORY = "long_story"
+"""In a user message: a quick reasoning, then a long answer (~350 KB of text in 40 pieces, 0.1 s apart)."""
+
+
 def abort_responder(body: dict[str, Any]) -> Reply:
     """The scripted upstream's answers: slow where the client is meant to leave."""
     messages = body.get("messages", [])
-    point = next((p for p in ABORT_POINTS if p in json.dumps(messages[-1:])), "answer")
+    last = json.dumps(messages[-1:])
     reasoner = "r1" in body.get("model", "")
+    if PROBE in last or LONG_STORY in last:
+        if reasoner:
+            return Reply(reasoning=["quick."])
+        if PROBE in last:
+            return Reply(content=["ok"])
+        piece = "".join(f"word{i} " for i in range(1000))
+        return Reply(content=[piece] * 40, delay_between=0.1)
+    point = next((p for p in ABORT_POINTS if p in last), "answer")
     if any(m.get("role") == "tool" for m in messages):
         return Reply(content=["done"])
     if reasoner:
@@ -57,29 +80,51 @@ def abort_responder(body: dict[str, Any]) -> Reply:
     return Reply(content=[f"word{i} " for i in range(100)], delay_between=0.02)
 
 
-# The same points over the Responses API (``protocol="responses"``): its deltas carry the text as "delta".
-_READ_UNTIL_RESPONSES: dict[str, bytes | None] = {**_READ_UNTIL, "reasoning": b'"delta":"step', "answer": b'"delta":"word'}
+PROTOCOLS = ("chat", "responses", "messages")
+"""Chat Completions, the Responses API, Anthropic Messages."""
+
+# What each protocol's stream shows at each point: the Responses API's deltas carry their text as
+# "delta", Anthropic's as "thinking" (the reasoning) and "text".
+_READ_UNTIL_BY_PROTOCOL: dict[str, dict[str, bytes | None]] = {
+    "chat": _READ_UNTIL,
+    "responses": {**_READ_UNTIL, "reasoning": b'"delta":"step', "answer": b'"delta":"word'},
+    "messages": {**_READ_UNTIL, "reasoning": b'"thinking":"step', "answer": b'"text":"word'},
+}
+
+
+def protocol_request(protocol: str, text: str, stream: bool, api_key: str = "", model: str = "duet") -> bytes:
+    """A whole HTTP/1.1 request of one user message ``text`` in ``protocol`` (one of :data:`PROTOCOLS`)."""
+    if protocol == "responses":
+        path, body = "/v1/responses", {"model": model, "stream": stream, "input": text}
+    elif protocol == "messages":
+        path, body = "/v1/messages", {"model": model, "stream": stream, "max_tokens": 1024,
+                                      "messages": [{"role": "user", "content": text}]}
+    else:
+        path, body = "/v1/chat/completions", {"model": model, "stream": stream, "messages": [{"role": "user", "content": text}]}
+    raw = json.dumps(body).encode()
+    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: duet\r\n{auth}"
+        f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
+    ).encode() + raw
 
 
 def _request(model: str, point: str, api_key: str, protocol: str = "chat") -> bytes:
-    stream = point != "non_stream"
-    if protocol == "responses":
-        path, body = "/v1/responses", json.dumps({"model": model, "stream": stream, "input": point}).encode()
-    else:
-        path, body = "/v1/chat/completions", json.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": point}]}).encode()
-    return (
-        f"POST {path} HTTP/1.1\r\nHost: duet\r\nAuthorization: Bearer {api_key}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+    return protocol_request(protocol, point, point != "non_stream", api_key, model)
+
+
+def read_until(protocol: str, point: str) -> bytes | None:
+    """What a client of ``protocol`` reads before it hangs up at ``point`` (None: nothing)."""
+    return _READ_UNTIL_BY_PROTOCOL[protocol][point]
 
 
 async def abort_once(port: int, model: str, point: str, api_key: str, timeout: float = 10.0, protocol: str = "chat") -> None:
-    """Sends one request (Chat Completions, or the Responses API) and hangs up at ``point``."""
+    """Sends one request (in any of :data:`PROTOCOLS`) and hangs up at ``point``."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(_request(model, point, api_key, protocol))
         await writer.drain()
-        marker = (_READ_UNTIL_RESPONSES if protocol == "responses" else _READ_UNTIL)[point]
+        marker = read_until(protocol, point)
         if marker is None:
             await asyncio.sleep(0.05)
             return

@@ -1,13 +1,15 @@
-"""Clients that hang up at random moments of a chat completion, for tests and ``bench/hang_ups.py``."""
+"""Clients that hang up at random moments of a request (Chat Completions, Responses or Messages), for
+tests and ``bench/hang_ups.py``."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import re
 import socket
 import struct
+
+from tests.aborts import protocol_request
 
 _ERROR_LINE = re.compile(r"^(ERROR:|\S+ \S+ ERROR )|Task exception was never retrieved|^Traceback", re.M)
 
@@ -19,22 +21,12 @@ def alarming_lines(log: str) -> list[str]:
     return [match.string[match.start() : match.string.find("\n", match.start())] for match in _ERROR_LINE.finditer(log)]
 
 
-def chat_request(stream: bool, api_key: str = "", model: str = "duet") -> bytes:
-    """A whole HTTP/1.1 request for a one-message chat completion."""
-    body = json.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
-    return (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{auth}"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
-async def hang_up(port: int, rng: random.Random, api_key: str = "") -> None:
-    """One request, abandoned at a random moment: before the body is complete, right after it, or
-    while (or before) the answer streams; 60 % streamed. Half close politely (FIN), half reset
-    the connection (RST)."""
+async def hang_up(port: int, rng: random.Random, api_key: str = "", protocol: str = "chat") -> None:
+    """One request in ``protocol``, abandoned at a random moment: before the body is complete, right
+    after it, or while (or before) the answer streams; 60 % streamed. Half close politely (FIN), half
+    reset the connection (RST)."""
     stream = rng.random() < 0.6
-    request = chat_request(stream, api_key)
+    request = protocol_request(protocol, "hi", stream, api_key)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         moment = rng.random()
@@ -63,13 +55,13 @@ async def hang_up(port: int, rng: random.Random, api_key: str = "") -> None:
         writer.close()
 
 
-async def hang_ups(port: int, count: int, at_once: int, seed: int = 7, api_key: str = "") -> None:
-    """``count`` hang-ups, ``at_once`` at a time, reproducible from ``seed``."""
+async def hang_ups(port: int, count: int, at_once: int, seed: int = 7, api_key: str = "", protocol: str = "chat") -> None:
+    """``count`` hang-ups in ``protocol``, ``at_once`` at a time, reproducible from ``seed``."""
     rng = random.Random(seed)
     limit = asyncio.Semaphore(at_once)
 
     async def one(seed: int) -> None:
         async with limit:
-            await hang_up(port, random.Random(seed), api_key)
+            await hang_up(port, random.Random(seed), api_key, protocol)
 
     await asyncio.gather(*(one(rng.randrange(1 << 30)) for _ in range(count)))

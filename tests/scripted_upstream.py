@@ -11,7 +11,8 @@ thinking mode does (:meth:`ScriptedUpstream.require_reasoning_back`): a request 
 tool-call message lacks it gets DeepSeek's HTTP 400. Reasoning is streamed in any of the fields
 upstreams use (``reasoning_content``, ``reasoning``, ``reasoning_details``), and the usage counts it
 in ``completion_tokens_details.reasoning_tokens``.
-Every request is recorded, including whether the client hung up before the answer ended.
+Every request is recorded, including whether the client hung up before the answer ended, and when
+the upstream saw it hang up (at once: the connection's end wakes the stream, it is not polled for).
 
 It runs on its own event loop in a background thread, so synchronous clients (the ``openai`` SDK,
 Dify's ``requests``-based client) and the service under test can all talk to it::
@@ -30,8 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import importlib
 import itertools
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -117,10 +120,14 @@ def default_responder(body: dict[str, Any]) -> Reply:
 
 
 class ScriptedUpstream:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, responder: Responder = default_responder) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, responder: Responder = default_responder,
+                 on_request: Callable[[str, RecordedRequest], None] | None = None) -> None:
+        """``on_request`` is told of each completions request when it has ``"arrived"`` and when it
+        has ``"ended"`` (answered, or the client gone), on the upstream's thread."""
         self._host = host
         self._port = port
         self._responder = responder
+        self._on_request = on_request
         self._scripts: dict[str, collections.deque[Reply | Responder]] = collections.defaultdict(collections.deque)
         self._lock = threading.Lock()
         self.requests: list[RecordedRequest] = []
@@ -194,7 +201,7 @@ class ScriptedUpstream:
 
         def run() -> None:
             self._loop = asyncio.new_event_loop()
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, self._host, self._port))
+            self._server = self._loop.run_until_complete(self._loop.create_server(self._protocol, self._host, self._port))
             started.set()
             self._loop.run_forever()
 
@@ -225,6 +232,10 @@ class ScriptedUpstream:
         self.stop()
 
     # -- HTTP ----------------------------------------------------------------------------------
+    def _protocol(self) -> asyncio.StreamReaderProtocol:
+        """``asyncio.start_server``'s protocol, with a reader that tells when the client has gone."""
+        return asyncio.StreamReaderProtocol(_ClosingReader(), self._handle)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
         peer_port = writer.get_extra_info("peername")[1]
@@ -270,27 +281,15 @@ class ScriptedUpstream:
         writer: asyncio.StreamWriter,
         peer_port: int = 0,
     ) -> bool:
-        if method == "GET" and path.endswith("/models"):
-            reply = self.models_reply or Reply()
-            if reply.delay and await _closed_within(reader, reply.delay):
-                return False
-            if reply.status != 200:
-                payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
-            else:
-                payload = json.dumps({"object": "list", "data": [{"id": model, "object": "model"} for model in self._scripts]}).encode()
-            writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
-            await writer.drain()
-            return True
         if method != "POST" or not path.endswith("/chat/completions"):
-            payload = b'{"error": {"message": "not found"}}'
-            writer.write(self._head(404, "application/json", len(payload)) + payload)
-            await writer.drain()
-            return True
+            return await self._respond_elsewhere(method, path, headers, reader, writer)
         body = json.loads(raw)
         record = RecordedRequest(
             model=body.get("model", ""), body=body, raw=raw, headers=headers, received_at=time.monotonic(), peer_port=peer_port
         )
         self.requests.append(record)
+        if self._on_request is not None:
+            self._on_request("arrived", record)
         refused = self._refusal(body, record)
         reply = refused or self._missing_reasoning(body) or self._next_reply(body)
         if reply.drop_connection:
@@ -328,6 +327,28 @@ class ScriptedUpstream:
         finally:
             record.finished_at = time.monotonic()
             record.ended.set()
+            if self._on_request is not None:
+                self._on_request("ended", record)
+
+    async def _respond_elsewhere(
+        self, method: str, path: str, headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """``GET /models`` (as :attr:`models_reply` says), and 404 for any other path."""
+        if method == "GET" and path.endswith("/models"):
+            reply = self.models_reply or Reply()
+            if reply.delay and await _closed_within(reader, reply.delay):
+                return False
+            if reply.status != 200:
+                payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
+            else:
+                payload = json.dumps({"object": "list", "data": [{"id": model, "object": "model"} for model in self._scripts]}).encode()
+            writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
+            await writer.drain()
+            return True
+        payload = b'{"error": {"message": "not found"}}'
+        writer.write(self._head(404, "application/json", len(payload)) + payload)
+        await writer.drain()
+        return True
 
     def _refusal(self, body: dict[str, Any], record: RecordedRequest) -> Reply | None:
         """OpenAI's 400 for a request its documented rules refuse (with :meth:`enforce_openai_rules`)."""
@@ -495,14 +516,32 @@ def _hung_up(reader: asyncio.StreamReader) -> bool:
     return reader.at_eof() or reader.exception() is not None
 
 
+class _ClosingReader(asyncio.StreamReader):
+    """A stream reader that tells when its client has closed its side or dropped the connection
+    (``closed``), without a read: a pipelined request is never eaten, and a hang-up is seen at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = asyncio.Event()
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        self.closed.set()
+
+    def set_exception(self, exc: BaseException) -> None:
+        super().set_exception(exc)
+        self.closed.set()
+
+
 async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
     """Waits ``seconds``; True as soon as the client hangs up meanwhile."""
-    deadline = time.monotonic() + seconds
-    while not _hung_up(reader):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        await asyncio.sleep(min(0.01, remaining))
+    if _hung_up(reader):
+        return True
+    try:
+        async with asyncio.timeout(seconds):
+            await reader.closed.wait()  # type: ignore[attr-defined]  # a _ClosingReader (this server's own)
+    except TimeoutError:
+        return False
     return True
 
 
@@ -546,6 +585,35 @@ def _asks_for_a_tool_call(body: dict[str, Any]) -> bool:
     return isinstance(last.get("content"), str) and BENCH_TOOL_CALL_MARK in last["content"]
 
 
+REQUEST_MARK = re.compile(rb"\[\[([A-Za-z0-9_.:-]{1,64})\]\]")
+"""A request's name in its text (``[[name]]``), which ``--record`` writes beside each model call."""
+
+
+def request_recorder(path: str) -> Callable[[str, RecordedRequest], None]:
+    """Writes each request's arrival and end as JSON lines to ``path``: the event, the request's
+    number, its model, the ``[[name]]`` its text carries, when it arrived and ended
+    (``time.monotonic()``: one clock for every process of the machine), and whether its client hung
+    up before the answer ended."""
+    out = open(path, "a", buffering=1)  # noqa: SIM115 - open for the life of the process
+    numbers: dict[int, int] = {}  # of the requests not ended yet
+    counter = itertools.count()
+
+    def record(event: str, request: RecordedRequest) -> None:
+        number = numbers.setdefault(id(request), next(counter)) if event == "arrived" else numbers.pop(id(request), -1)
+        mark = REQUEST_MARK.search(request.raw)
+        out.write(json.dumps({"event": event, "number": number, "model": request.model,
+                              "mark": mark.group(1).decode() if mark else None, "received_at": request.received_at,
+                              "finished_at": request.finished_at, "aborted": request.aborted, "peer_port": request.peer_port}) + "\n")
+
+    return record
+
+
+def load_responder(name: str) -> Responder:
+    """A responder named ``module:function`` (e.g. ``tests.aborts:abort_responder``)."""
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve the scripted OpenAI-compatible upstream.")
     parser.add_argument("--host", default="127.0.0.1")
@@ -553,9 +621,18 @@ def main() -> None:
     parser.add_argument("--reasoning-tokens", type=int, default=40)
     parser.add_argument("--answer-tokens", type=int, default=40)
     parser.add_argument("--delay-between", type=float, default=0.0, help="seconds between two chunks")
+    parser.add_argument("--responder", help="answer with this function (module:function) instead of the fixed answer")
+    parser.add_argument("--record", help="append each ended request to this file as a JSON line (request_recorder)")
     args = parser.parse_args()
-    responder = _bench_responder(args.reasoning_tokens, args.answer_tokens, args.delay_between)
-    upstream = ScriptedUpstream(args.host, args.port, responder).start()
+    if args.responder:
+        responder = load_responder(args.responder)
+    else:
+        responder = _bench_responder(args.reasoning_tokens, args.answer_tokens, args.delay_between)
+    recorder = request_recorder(args.record) if args.record else None
+    import uvloop  # a server of its own process, as fast as the model servers it stands for (vLLM runs on uvloop)
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    upstream = ScriptedUpstream(args.host, args.port, responder, on_request=recorder).start()
     print(f"scripted upstream on {upstream.base_url}", flush=True)
     try:
         threading.Event().wait()

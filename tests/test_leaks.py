@@ -1,4 +1,5 @@
-"""A request's objects die with it: 1,000 hang-ups at every point of a request leave nothing behind.
+"""A request's objects die with it: hang-ups at every point of a request, in every protocol, leave
+nothing behind.
 
 Duet is served by uvicorn on a thread of the test process (real HTTP on 127.0.0.1, the scripted
 upstream on another thread), so the test can collect garbage and count what is still alive.
@@ -22,6 +23,7 @@ import uvicorn
 from duet.agents import AnswerSettings, ContentDelta, Duet, PipelineSettings, ReasonerSettings
 from duet.api.app import ServiceConfig, create_app
 from duet.api.process import configure_process, freeze_startup_objects
+from duet.api.server import protocol_for
 from duet.api.settings import ServiceOptions
 from tests.aborts import ABORT_POINTS, abort_many, abort_responder
 from tests.conftest import free_port, wait_for_port
@@ -48,7 +50,9 @@ class InProcessDuet:
         self._gc_threshold = gc.get_threshold()
         configure_process()
         app = create_app(config)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on"))
+        # The edge's protocol, as duet serve runs it (its disconnect watcher, its kernel probe).
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on",
+                                                    http=protocol_for(config.options)))
         self.thread = threading.Thread(target=self.server.run, name="duet-in-process", daemon=True)
         self.thread.start()
         wait_for_port(self.port)
@@ -123,7 +127,7 @@ def growth(before: collections.Counter[str], after: collections.Counter[str]) ->
     return {name: after[name] - before[name] for name in names if after[name] != before[name]}
 
 
-@pytest.mark.parametrize(("protocol", "count"), [("chat", 1000), ("responses", 500)])
+@pytest.mark.parametrize(("protocol", "count"), [("chat", 1000), ("responses", 500), ("messages", 500)])
 def test_a_thousand_hang_ups_leave_nothing_behind(served: tuple[InProcessDuet, ScriptedUpstream], protocol: str, count: int) -> None:
     duet, upstream = served
     baseline_tasks = duet.health()["tasks"]
