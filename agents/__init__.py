@@ -6,11 +6,11 @@ Public API:
   :class:`TeamFactory` makes every team it serves (shared model clients, the lean runtime);
 - the run binding: :class:`DuetRun` (a request's event sink, workbench and options), bound for a run by
   :func:`bind_run`; :func:`current_run`; :func:`task_messages` (the task a team is handed; the driver↔agent
-  messages are built and read in :mod:`duet.agents.messages`);
+  messages are built and read in :mod:`duet.agents._messages`);
 - :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components), and
   :class:`GroundingAgent`, which runs search tools before the reasoner when a pipeline has ``grounding``;
 - :class:`ReasonedAssistantMessage`, :class:`ModelReasoning` — a thinking answer model's own reasoning on
-  a tool-calling turn, kept and sent back (:mod:`duet.agents.answer_reasoning`);
+  a tool-calling turn, kept and sent back (:mod:`duet.agents._model_reasoning`);
 - :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
 - :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
 - :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``),
@@ -28,14 +28,14 @@ Public API:
 - errors: :class:`UpstreamError` and its subclasses, :class:`TeamLoadError`, :class:`RunNotBoundError`.
 """
 
-from .answer_agent import AnswerAgent, AnswerAgentConfig, AnswerAgentOptions
-from .answer_reasoning import ModelReasoning, ReasonedAssistantMessage
-from .base import DuetAgentOptions
-from .cancellation import RunToken
-from .conversation import ConversationError, ImageURL, conversation_from_openai
-from .ids import random_id
-from .duet import Duet
-from .errors import (
+from duet.agents._answer_agent import AnswerAgent, AnswerAgentConfig, AnswerAgentOptions
+from duet.agents._model_reasoning import ModelReasoning, ReasonedAssistantMessage
+from duet.agents._base import DuetAgentOptions
+from duet.agents._cancellation import RunToken
+from duet.agents._conversation import ConversationError, ImageURL, conversation_from_openai
+from duet.agents._ids import random_id
+from duet.agents.pipeline import Duet
+from duet.agents._errors import (
     DuetError,
     TeamLoadError,
     UpstreamConnectionError,
@@ -48,7 +48,7 @@ from .errors import (
     register_secrets,
     upstream_error_from_openai,
 )
-from .events import (
+from duet.agents._events import (
     ContentDelta,
     DuetEvent,
     Failed,
@@ -60,13 +60,18 @@ from .events import (
     ToolCallsRequested,
     Usage,
 )
-from .model_client import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig, UpstreamResult
-from .grounding import GroundingAgent, GroundingAgentConfig, GroundingAgentOptions
-from .messages import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME, task_messages
-from .reasoning_agent import ReasoningAgent, ReasoningAgentConfig, ReasoningAgentOptions
-from .result import DuetResult
-from .run_context import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
-from .settings import (
+from duet.agents.upstream import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig, UpstreamResult
+from duet.agents._grounding import GroundingAgent, GroundingAgentConfig, GroundingAgentOptions
+from duet.agents._messages import task_messages
+from duet.agents._names import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME
+from duet.agents._reasoning_agent import ReasoningAgent, ReasoningAgentConfig, ReasoningAgentOptions
+from duet.agents.pipeline import DuetResult
+from duet.agents._run import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
+from duet.agents._observe import ModelCallObserver, RunObserver, Stage, StoreOutcome, ToolCallObserver
+from duet.agents._settings import (
+    DEFAULT_BASE_URL,
+    DEFAULT_PIPELINE_NAME,
+    DEFAULT_REASONING_OUTPUT,
     REASONER_MODEL_INFO,
     AnswerSettings,
     GroundingSettings,
@@ -75,13 +80,21 @@ from .settings import (
     ReasonerSettings,
     ReasoningOutput,
 )
-from .stream import DuetStream
-from .team import build_team, export_team
-from .team_factory import TeamFactory
-from .team_files import load_team, load_team_config
-from .thinking import ReasoningText
+from duet.agents.pipeline import DuetStream
+from duet.agents.pipeline import build_team, export_team
+from duet.agents.pipeline import TeamFactory
+from duet.agents.pipeline import load_team, load_team_config
+from duet.agents._thinking import ReasoningText
 
 __all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_PIPELINE_NAME",
+    "DEFAULT_REASONING_OUTPUT",
+    "ModelCallObserver",
+    "RunObserver",
+    "Stage",
+    "StoreOutcome",
+    "ToolCallObserver",
     "ANSWERER_NAME",
     "ANSWER_MODEL_INFO",
     "AnswerAgent",

@@ -10,10 +10,9 @@ Public API:
   makes (for a program that serves :func:`create_app` itself).
 """
 
-from .app import ServiceConfig, create_app
-from .cli import main
-from .process import configure_process, freeze_startup_objects
-from .settings import ConfigFile, EnvSettings, TeamPipelineSettings
+from duet.api._app import ServiceConfig, create_app
+from duet.api.server import configure_process, freeze_startup_objects, main
+from duet.api._settings import ConfigFile, EnvSettings, TeamPipelineSettings
 
 __all__ = [
     "ConfigFile",

@@ -20,9 +20,9 @@ from autogen_core.models import CreateResult, RequestUsage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from duet.agents.observe import observe_model_call
-from duet.api.observability.logs import configure_logging
-from duet.api.observability.requests import Observability, RequestObservation
+from duet.agents._observe import observe_model_call
+from duet.api.observability._logs import configure_logging
+from duet.api.observability._requests import Observability, RequestObservation
 
 RESULT = CreateResult(finish_reason="stop", content="x", usage=RequestUsage(prompt_tokens=50, completion_tokens=40), cached=False)
 

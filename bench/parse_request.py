@@ -17,10 +17,10 @@ import json
 import time
 from typing import Any
 
-from duet.api.chat import _parse_request
-from duet.api.messages.service import parse_messages
+from duet.api.chat._service import _parse_request
+from duet.api.messages._service import parse_messages
 from duet.api.responses import Responses
-from duet.api.settings import ServiceOptions
+from duet.api._settings import ServiceOptions
 
 USER = {"role": "user", "content": "hi"}
 PROPERTIES = {f"p{j}": {"type": "string", "description": "a field", "enum": ["a", "b"]} for j in range(4)}

@@ -229,7 +229,7 @@ def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -
     import duet.agents.continuations as measured
 
     print(f"module: {measured.__file__}")
-    checkout = Path(measured.__file__).resolve().parent.parent  # duet serve runs the code measured
+    checkout = Path(measured.__file__).resolve().parents[2]  # duet serve runs the code measured
     follow_ups = state != "sqlite"
     print(f"mixed rounds{' and their follow-ups' if follow_ups else ''} through duet serve, state: {state}, "
           f"c={concurrency}, {seconds:g} s each")
@@ -253,7 +253,7 @@ def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -
                 env |= {"DUET_CONFIG": str(config), "DUET_PORT": str(duet_port), "DUET_STATE_URL": state_url, "DUET_LOG_LEVEL": "warning"}
                 log = Path(directory) / "duet.log"
                 with log.open("w") as log_file:
-                    duet = subprocess.Popen([sys.executable, "-m", "duet.api.cli", "serve"], cwd=checkout, env=env,
+                    duet = subprocess.Popen([sys.executable, "-m", "duet.api", "serve"], cwd=checkout, env=env,
                                             stdout=log_file, stderr=subprocess.STDOUT)
                 try:
                     deadline = time.monotonic() + 60

@@ -19,7 +19,7 @@ import time
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage
 
 from duet.agents.continuations import Continuation, splice
-from duet.agents.conversation import as_transcript, conversation_from_openai, without_images
+from duet.agents._conversation import as_transcript, conversation_from_openai, without_images
 
 
 def best_ms(work, repeat: int) -> float:

@@ -13,7 +13,7 @@ import yaml
 from autogen_core import CancellationToken
 
 from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, TeamFactory
-from duet.agents.pool import TeamSlot
+from duet.agents.pipeline._pool import TeamSlot
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
 from tests.hang_ups import alarming_lines, hang_ups
 from tests.scripted_upstream import Reply, ScriptedUpstream

@@ -15,8 +15,8 @@ from starlette.routing import Route
 
 from duet.agents import AnswerSettings, PipelineSettings
 from duet.api import ServiceConfig, configure_process, create_app, freeze_startup_objects
-from duet.api.process import GC_THRESHOLDS
-from duet.api.settings import ServiceOptions
+from duet.api.server._process import GC_THRESHOLDS
+from duet.api._settings import ServiceOptions
 
 FILTERED_LOGGERS = ("autogen_core", "uvicorn.error")
 TRACING = "AUTOGEN_DISABLE_RUNTIME_TRACING"

@@ -22,8 +22,8 @@ import yaml
 from autogen_core.models import UserMessage
 
 from duet.agents import AnswerSettings, Duet, OpenAICompatibleClient, PipelineSettings, ReasonerSettings
-from duet.agents.cancellation import RunToken, child_token, still_wanted
-from duet.api.server import peer_hung_up
+from duet.agents._cancellation import RunToken, child_token, still_wanted
+from duet.api.server._server import peer_hung_up
 from tests.aborts import PROTOCOLS, protocol_request, read_until
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
@@ -295,7 +295,7 @@ def test_a_cancelled_run_makes_no_traceback_to_log(upstream: ScriptedUpstream, m
     """Cancelling a run cancels every handler of its team; none of them is logged: making a record
     with a traceback (formatted for secret masking) costs 1-2 ms of the event loop, and a few hundred
     streams cancelled at once stalled every other request while the records were dropped."""
-    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")  # as duet serve runs (api/process.py)
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")  # as duet serve runs (api/server/_process.py)
     upstream.script(REASONER, SLOW_THOUGHTS)
     made: list[logging.LogRecord] = []
     make_record = logging.getLogRecordFactory()

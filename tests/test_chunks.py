@@ -1,5 +1,5 @@
 """The byte encoder writes what the wire models say: every ``ChunkEncoder`` method's output, parsed
-as JSON, is the ``model_dump(mode="json")`` of the matching model in ``duet.api.protocol``, for any
+as JSON, is the ``model_dump(mode="json")`` of the matching model in ``duet.api.chat._protocol``, for any
 text, framed as one ``data: ...`` block Dify's parser keeps."""
 
 from __future__ import annotations
@@ -10,17 +10,11 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from duet.api.chunks import DONE, PING, ChunkEncoder
-from duet.api.errors import APIError
-from duet.api.protocol import (
-    ChatCompletionChunk,
-    ChoiceDelta,
-    ChoiceDeltaFunctionCall,
-    ChoiceDeltaToolCall,
-    ChunkChoice,
-    CompletionUsage,
-    ErrorBody,
-)
+from duet.api._sse import PING
+from duet.api.chat._stream import DONE, ChunkEncoder
+from duet.api._errors import APIError
+from duet.api._wire import ErrorBody
+from duet.api.chat._protocol import ChatCompletionChunk, ChoiceDelta, ChoiceDeltaFunctionCall, ChoiceDeltaToolCall, ChunkChoice, CompletionUsage
 
 # Any text a model or a client may send, without lone surrogates (not encodable as UTF-8: no response carries them).
 TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)

@@ -115,7 +115,7 @@ def test_the_example_config_parses() -> None:
 
 def test_every_service_wide_setting_is_documented() -> None:
     """The README's table names each setting as a variable and a YAML key, and the file accepts the key."""
-    from duet.api.settings import ConfigFile, ServiceOptions
+    from duet.api._settings import ConfigFile, ServiceOptions
 
     readme = (ROOT / "README.md").read_text()
     for name in ServiceOptions.model_fields:

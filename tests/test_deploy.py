@@ -27,8 +27,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from duet.api import EnvSettings, create_app
-from duet.api.cli import SERVE_FLAGS, build_parser, given_flags, main
-from duet.api.settings import KEY_VARIABLES
+from duet.api.server._cli import SERVE_FLAGS, build_parser, given_flags, main
+from duet.api._settings import KEY_VARIABLES
 from tests.conftest import ROOT
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -61,7 +61,7 @@ def routes() -> set[str]:
 
 def _config() -> Any:
     from duet.api import ServiceConfig
-    from duet.api.settings import ServiceOptions
+    from duet.api._settings import ServiceOptions
 
     return ServiceConfig([EnvSettings(_env_file=None).default_pipeline()], options=ServiceOptions(state_url="memory://"))
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from duet.agents.answer_reasoning import REASONING_NOT_KEPT
+from duet.agents._model_reasoning import REASONING_NOT_KEPT
 from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, THINKING_ANSWER, DuetServer
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 

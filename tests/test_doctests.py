@@ -1,6 +1,6 @@
 """The examples in the docstrings of the installed packages run, and show what they say.
 
-The modules are imported by their installed names (``duet.agents.thinking``, ...), as every test
+The modules are imported by their installed names (``duet.agents._thinking``, ...), as every test
 imports them: pytest's ``--doctest-modules`` on the repository's folders would import a second
 copy of each module under its folder's name.
 """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from duet.agents.legacy_providers import NAMED_COMPONENTS
+from duet.agents.pipeline._legacy_providers import NAMED_COMPONENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONAL_LIBRARIES = ("mcp", "httpx", "openai", "autogen_ext.tools.mcp", "autogen_ext.tools.http", "autogen_ext.models.openai",
@@ -23,7 +23,7 @@ OPTIONAL_LIBRARIES = ("mcp", "httpx", "openai", "autogen_ext.tools.mcp", "autoge
 
 
 STEPS = {  # each step's code, run one after the other in one interpreter
-    "the default app": "from duet.api.app import create_app\napp = create_app()",
+    "the default app": "from duet.api._app import create_app\napp = create_app()",
     "MCP tool": "from duet.workbenches import McpServerTool",
     "HTTP tool": "from duet.workbenches import HttpServiceTool",
     "requests imported by the caller": "import requests",

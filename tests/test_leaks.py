@@ -21,10 +21,10 @@ import pytest
 import uvicorn
 
 from duet.agents import AnswerSettings, ContentDelta, Duet, PipelineSettings, ReasonerSettings
-from duet.api.app import ServiceConfig, create_app
-from duet.api.process import configure_process, freeze_startup_objects
-from duet.api.server import protocol_for
-from duet.api.settings import ServiceOptions
+from duet.api._app import ServiceConfig, create_app
+from duet.api.server._process import configure_process, freeze_startup_objects
+from duet.api.server._server import protocol_for
+from duet.api._settings import ServiceOptions
 from tests.aborts import ABORT_POINTS, abort_many, abort_responder
 from tests.conftest import free_port, wait_for_port
 from tests.scripted_upstream import Reply, ScriptedUpstream

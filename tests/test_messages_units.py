@@ -18,16 +18,16 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from duet.agents import DuetEvent, UpstreamStatusError, UpstreamTimeout, UpstreamUnreachable
-from duet.agents.conversation import ImageURL
-from duet.agents.events import ContentDelta, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
-from duet.api.errors import APIError, as_api_error
+from duet.agents._conversation import ImageURL
+from duet.agents._events import ContentDelta, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from duet.api._errors import APIError, as_api_error
 from duet.api.messages import MessageFold, MessageStreamWriter, error_body, estimate_input_tokens, read_input
-from duet.api.messages.protocol import Message, MessagesRequest, thinking_signature
-from duet.api.messages.reader import answer_options
-from duet.api.messages.service import parse_messages
-from duet.api.settings import ServiceOptions
-from duet.api.messages.stream import PING
-from duet.api.rendering import Renderer
+from duet.api.messages._protocol import Message, MessagesRequest, thinking_signature
+from duet.api.messages._reader import answer_options
+from duet.api.messages._service import parse_messages
+from duet.api._settings import ServiceOptions
+from duet.api.messages._stream import PING
+from duet.api._rendering import Renderer
 from duet.workbenches import model_safe_name
 from tests.test_rendering import a_run
 

@@ -64,13 +64,13 @@ def test_wheel_installs_one_top_level_package(wheel: Path) -> None:
         [top_level] = [name for name in names if name.endswith(".dist-info/top_level.txt")]
         assert archive.read(top_level).decode().split() == ["duet"]
         [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
-        assert "duet = duet.api.cli:main" in archive.read(entry_points).decode()
+        assert "duet = duet.api:main" in archive.read(entry_points).decode()
     assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == {"duet"}
-    assert {"duet/__init__.py", "duet/agents/__init__.py", "duet/workbenches/__init__.py", "duet/api/cli.py"} <= set(names)
+    assert {"duet/__init__.py", "duet/agents/__init__.py", "duet/workbenches/__init__.py", "duet/api/server/_cli.py"} <= set(names)
 
 
 def test_editable_install_imports_duet_only_from_anywhere(tmp_path: Path) -> None:
-    probe = ("import importlib.util, duet.agents, duet.workbenches, duet.api.cli;"
+    probe = ("import importlib.util, duet.agents, duet.workbenches, duet.api.server._cli;"
              "print(duet.agents.__file__); agents = importlib.util.find_spec('agents');"
              "print(agents and agents.origin, importlib.util.find_spec('api'))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
@@ -99,7 +99,7 @@ def test_wheel_beside_openai_agents_in_one_venv(wheel: Path, upstream: ScriptedU
     probe = ("from agents import Agent, Runner; import agents, duet.agents, duet.workbenches, duet.api;"
              "assert Agent(name='a').name == 'a' and hasattr(agents, 'function_tool'); print(duet.agents.Duet.__module__)")
     result = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "duet.agents.duet", result.stderr
+    assert result.returncode == 0 and result.stdout.strip() == "duet.agents.pipeline._duet", result.stderr
 
     upstream.script(REASONER, Reply(reasoning=["Look it up."]))
     upstream.script(ANSWER, Reply(content=["Ada."]))

@@ -11,7 +11,7 @@ from autogen_agentchat.messages import TextMessage
 from autogen_core import CancellationToken
 
 from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
-from duet.agents.stream import EventChannel
+from duet.agents.pipeline._stream import EventChannel
 from tests.conftest import ANSWER, REASONER, ROOT
 from tests.scripted_upstream import Reply, ScriptedUpstream
 from duet.workbenches import McpServerSettings, ToolsSettings

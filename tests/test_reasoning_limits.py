@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from duet.agents import ReasoningAgent
-from duet.agents.model_client import OpenAICompatibleClient
+from duet.agents.upstream._client import OpenAICompatibleClient
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer, sse_events
 from tests.hang_ups import alarming_lines
 from tests.scripted_upstream import Reply, ScriptedUpstream

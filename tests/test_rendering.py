@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from openai.lib.streaming._deltas import accumulate_delta
 
 from duet.agents import DuetEvent, DuetResult, UpstreamTimeout
-from duet.agents.events import ContentDelta, Failed, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
-from duet.api.chunks import ChunkEncoder, ChunkWriter
-from duet.api.completion import CompletionFold
-from duet.api.errors import APIError
-from duet.api.rendering import Renderer
+from duet.agents._events import ContentDelta, Failed, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from duet.api.chat._stream import ChunkEncoder, ChunkWriter
+from duet.api.chat._fold import CompletionFold
+from duet.api._errors import APIError
+from duet.api._rendering import Renderer
 from tests.conftest import sse_events
 
 ID, CREATED, MODEL = "chatcmpl-test", 1_700_000_000, "duet"

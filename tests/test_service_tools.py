@@ -328,7 +328,7 @@ def test_exported_team_carries_the_service_tools(services: DuetServer, upstream:
     """``duet export-team`` writes functions, HTTP and MCP tools into the team; ``serve --team`` runs them."""
     config = next(services.process.args[i + 1] for i, a in enumerate(services.process.args) if a == "--config")  # type: ignore[union-attr]
     team_file = tmp_path / "team.json"
-    subprocess.run([sys.executable, "-m", "duet.api.cli", "export-team", "--config", config, "--pipeline", "duet-services", "-o", str(team_file)],
+    subprocess.run([sys.executable, "-m", "duet.api", "export-team", "--config", config, "--pipeline", "duet-services", "-o", str(team_file)],
                    cwd=ROOT, check=True, capture_output=True, timeout=120)
     workbench = json.loads(team_file.read_text())["config"]["participants"][1]["config"]["workbench"]
     providers = {t["config"].get("name") or t["config"].get("function"): t["provider"] for t in workbench["config"]["tools"]}

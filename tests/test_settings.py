@@ -32,8 +32,8 @@ from duet.agents import (
     export_team,
 )
 from duet.api import ConfigFile, EnvSettings
-from duet.api.cli import SERVE_FLAGS, build_parser, given_flags, main
-from duet.api.settings import ServiceOptions
+from duet.api.server._cli import SERVE_FLAGS, build_parser, given_flags, main
+from duet.api._settings import ServiceOptions
 
 YAML_SETTINGS = (ModelSettings, ReasonerSettings, AnswerSettings, GroundingSettings)
 COMPONENT_CONFIGS = (OpenAICompatibleClientConfig, ReasoningAgentConfig, AnswerAgentConfig, GroundingAgentConfig)

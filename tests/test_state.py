@@ -515,7 +515,7 @@ def test_redis_killed_while_streams_run_loses_nothing_silently(upstream: Scripte
 
 def test_owner_ids_are_stable_distinct_and_do_not_hold_the_key() -> None:
     from duet.agents.continuations import DEFAULT_OWNER, owned
-    from duet.api.auth import owner_id
+    from duet.api._auth import owner_id
 
     a, b = owner_id(KEY_A), owner_id(KEY_B)
     assert a == owner_id(KEY_A) and a != b and re.fullmatch(r"key-[0-9a-f]{32}", a)

@@ -174,7 +174,7 @@ def test_held_writes_leave_as_one_write_and_never_for_a_client_that_hung_up() ->
 
     import uvloop
 
-    from duet.api.server import hold_writes
+    from duet.api.server._server import hold_writes
 
     async def main() -> None:
         accepted: asyncio.Queue[asyncio.Transport] = asyncio.Queue()

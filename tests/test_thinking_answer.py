@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from duet.agents.answer_agent import ANSWER_REASONING_LABEL
-from duet.agents.answer_reasoning import REASONING_NOT_KEPT
+from duet.agents._answer_agent import ANSWER_REASONING_LABEL
+from duet.agents._model_reasoning import REASONING_NOT_KEPT
 from tests.conftest import API_KEY, REASONER, THINKING_ANSWER, DuetServer, sse_events, tool
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 

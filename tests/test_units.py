@@ -16,9 +16,9 @@ from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, SystemMessage, UserMessage
 
 from duet.agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
-from duet.agents import model_client
-from duet.agents.conversation import MISSING_RESULT, as_transcript
-from duet.agents.thinking import ReasoningSplitter, ReasoningText, strip_think_blocks
+from duet.agents.upstream import _client as model_client
+from duet.agents._conversation import MISSING_RESULT, as_transcript
+from duet.agents._thinking import ReasoningSplitter, ReasoningText, strip_think_blocks
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 from duet.workbenches import DuetWorkbench, ProxyTool, model_safe_name
 
@@ -386,7 +386,7 @@ def _chunked_response(chunks: list[bytes], failure: BaseException | None = None)
 
 def _sse_events(chunks: list[bytes], one_chunk_at_a_time: bool) -> list[list[bytes]]:
     """What ``_sse_data`` yields for a chunked body whose ``chunks`` all arrived before the first read."""
-    from duet.agents.model_client import _sse_data
+    from duet.agents.upstream._client import _sse_data
 
     async def main() -> list[list[bytes]]:
         return [events async for events in _sse_data(_chunked_response(chunks), lambda: one_chunk_at_a_time)]
@@ -403,7 +403,7 @@ def test_sse_parser_handles_crlf_split_across_reads() -> None:
 
 
 def test_sse_parser_hands_on_the_first_chunk_before_reading_the_rest_of_a_burst() -> None:
-    from duet.agents.model_client import SINGLE_CHUNK_READS
+    from duet.agents.upstream._client import SINGLE_CHUNK_READS
 
     burst = [b"data: %d\n\n" % n for n in range(40)]
     # All at once when the caller wants whole reads: one read, one list.
@@ -419,7 +419,7 @@ def test_sse_parser_hands_on_what_arrived_before_the_connection_broke() -> None:
     events that arrived come first, then the error (whether reads take one chunk or all)."""
     import aiohttp
 
-    from duet.agents.model_client import _sse_data
+    from duet.agents.upstream._client import _sse_data
 
     async def read(one_chunk_at_a_time: bool, chunks: list[bytes]) -> tuple[list[bytes], BaseException | None]:
         response = _chunked_response(chunks, aiohttp.ClientPayloadError("Response payload is not completed"))
@@ -463,7 +463,7 @@ def test_http_tool_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_internal_errors_do_not_leak_details() -> None:
-    from duet.api.errors import as_api_error
+    from duet.api._errors import as_api_error
 
     error = as_api_error(RuntimeError('Traceback (most recent call last):\n  File "/site-packages/x.py"'))
     assert error.status == 500 and "Traceback" not in error.detail.message and "site-packages" not in error.detail.message

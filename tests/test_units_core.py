@@ -64,10 +64,10 @@ from duet.agents import (
     current_run,
     task_messages,
 )
-from duet.agents.base import DuetAgent
+from duet.agents._base import DuetAgent
 from duet.agents.continuations import Continuation, splice, tool_rounds
-from duet.agents.conversation import DUET_CALL_ID, MISSING_RESULT, ends_with_tool_results, last_user_text
-from duet.agents.messages import (
+from duet.agents._conversation import DUET_CALL_ID, MISSING_RESULT, ends_with_tool_results, last_user_text
+from duet.agents._messages import (
     AnswerReply,
     ClientHandoff,
     FailureReply,
@@ -81,9 +81,9 @@ from duet.agents.messages import (
     read_task,
     reasoning_reply,
 )
-from duet.agents.pool import TeamPool, TeamSlot
-from duet.agents.runtime import LeanAgentRuntime
-from duet.agents.team import reset_team
+from duet.agents.pipeline._pool import TeamPool, TeamSlot
+from duet.agents.runtime._runtime import LeanAgentRuntime
+from duet.agents.pipeline._team import reset_team
 from duet.workbenches import DuetWorkbench, ProxyTool, PythonFunctionTool, RequestContext, model_safe_name
 
 CONVERSATION = [
@@ -651,7 +651,7 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
     from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
     from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager
 
-    from duet.agents.team import duet_termination
+    from duet.agents.pipeline._team import duet_termination
 
     component = _component(answer=ReplayChatCompletionClient(["Sunny today."]))
     slot = TeamFactory(component)()

@@ -15,7 +15,7 @@ import pytest
 from autogen_core import AgentId, ClosureAgent, ClosureContext, DefaultTopicId, MessageContext
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 
-from duet.agents.runtime import HandOverQueue, LeanAgentRuntime
+from duet.agents.runtime._runtime import HandOverQueue, LeanAgentRuntime
 
 
 class Counted:
@@ -268,7 +268,7 @@ def test_a_lightened_queue_holds_two_deques_fewer_and_still_joins(kind: str) -> 
 
     from autogen_core._queue import Queue as AutogenQueue
 
-    from duet.agents.runtime import lighten_queue
+    from duet.agents.runtime._runtime import lighten_queue
 
     make = asyncio.Queue if kind == "asyncio" else AutogenQueue
 
@@ -296,11 +296,11 @@ def test_a_lightened_queue_holds_two_deques_fewer_and_still_joins(kind: str) -> 
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------
 
 from duet.agents import OpenAICompatibleClient  # noqa: E402
-from duet.agents.model_client import tool_to_openai, tools_json  # noqa: E402
-from duet.agents.reasoning_agent import describe_tools  # noqa: E402
+from duet.agents.upstream._client import tool_to_openai, tools_json  # noqa: E402
+from duet.agents._reasoning_agent import describe_tools  # noqa: E402
 from duet.workbenches import CachingToolSchema, ProxyTool, derived_from, proxy_tools_from_openai  # noqa: E402
-from duet.workbenches import tool_schemas  # noqa: E402
-from duet.workbenches.tool_schemas import ContentCache  # noqa: E402
+from duet.workbenches import _tool_schemas as tool_schemas  # noqa: E402
+from duet.workbenches._tool_schemas import ContentCache  # noqa: E402
 
 
 def _entry(name: str = "kb.search", minimum: int = 1) -> dict[str, Any]:
@@ -364,8 +364,9 @@ def test_a_tool_holding_other_objects_is_built_each_time() -> None:
 def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
     from pydantic import ValidationError
 
-    from duet.api.chat import client_tools_of
-    from duet.api.protocol import ChatCompletionRequest, KnownTools
+    from duet.api.chat._service import client_tools_of
+    from duet.api._wire import KnownTools
+    from duet.api.chat._protocol import ChatCompletionRequest
 
     def request(*tools: dict[str, Any]) -> tuple[ChatCompletionRequest, dict[str, Any]]:
         body = json.loads(json.dumps({"model": "duet", "messages": [{"role": "user", "content": "Hi"}], "tools": tools}))
@@ -385,9 +386,10 @@ def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
 
 def test_each_field_keeps_its_own_validated_tool_lists() -> None:
     """A list valid as two fields' types (chat tools, legacy functions, Messages tools) is validated as each."""
-    from duet.api.messages.protocol import MessagesRequest
-    from duet.api.messages.protocol import ToolDefinition as MessagesTool
-    from duet.api.protocol import ChatCompletionRequest, FunctionDefinition, ToolDefinition
+    from duet.api.messages._protocol import MessagesRequest
+    from duet.api.messages._protocol import ToolDefinition as MessagesTool
+    from duet.api._wire import FunctionDefinition
+    from duet.api.chat._protocol import ChatCompletionRequest, ToolDefinition
 
     both = [{"type": "function", "function": {"name": "a"}, "name": "b", "input_schema": {"type": "object"}}]
     user = [{"role": "user", "content": "Hi"}]
@@ -465,8 +467,8 @@ def test_clients_of_one_upstream_share_one_connection() -> None:
 
 # --- the body's depth ---------------------------------------------------------------------------------
 
-from duet.api.errors import APIError  # noqa: E402
-from duet.api.validation import MAX_JSON_DEPTH, load_body  # noqa: E402
+from duet.api._errors import APIError  # noqa: E402
+from duet.api._validation import MAX_JSON_DEPTH, load_body  # noqa: E402
 
 
 @pytest.mark.parametrize("size", ["small", "large"])  # parsed on the event loop, and in a thread after a scan
@@ -492,7 +494,7 @@ def test_agentchat_opens_its_agent_spans_only_when_a_tracer_provider_is_set(monk
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    import duet.agents.runtime  # noqa: F401 - the module that makes the span conditional
+    import duet.agents.runtime._runtime  # noqa: F401 - the module that makes the span conditional
 
     assert isinstance(_chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"), contextlib.nullcontext)
     exporter = InMemorySpanExporter()
@@ -587,7 +589,7 @@ def test_a_lean_runtime_registers_agent_types_without_a_closure_each_and_makes_a
     as the stock runtime does; an instance cannot be registered to a factory's type."""
     from autogen_core import RoutedAgent
 
-    from duet.agents.runtime import _AgentFactory
+    from duet.agents.runtime._runtime import _AgentFactory
 
     runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
     assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import yaml
 
-from duet.api.cli import SERVE_FLAGS, build_parser, given_flags, main
-from duet.api.settings import EnvSettings
+from duet.api.server._cli import SERVE_FLAGS, build_parser, given_flags, main
+from duet.api._settings import EnvSettings
 from tests.conftest import ANSWER, REASONER, ROOT, DuetServer, sse_events
 from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.test_service_tools import NOTIFY, QUESTION, answer_from_results, assert_whole_round_restored, follow_up, mixed_round
@@ -254,7 +254,7 @@ def test_auto_is_the_cores_this_process_may_use(clean_env: pytest.MonkeyPatch) -
     assert serve_settings(["--workers", "auto"]).workers == len(os.sched_getaffinity(0))
     # Pinned to one core (as a container or taskset pins it), auto is 1 whatever the machine has.
     pinned = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
-             "from duet.api.settings import EnvSettings; print(EnvSettings(workers='AUTO').workers)"
+             "from duet.api._settings import EnvSettings; print(EnvSettings(workers='AUTO').workers)"
     done = subprocess.run([sys.executable, "-c", pinned], cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={k: v for k, v in os.environ.items() if not k.startswith("DUET_")})
     assert done.stdout.strip() == "1", done.stderr

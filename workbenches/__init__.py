@@ -20,12 +20,12 @@ names, so a service whose pipelines use neither does not load those libraries.
 import importlib
 from typing import Any
 
-from .context import RequestContext
-from .duet_workbench import DuetWorkbench, DuetWorkbenchConfig
-from .functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
-from .http_settings import HttpToolSettings
-from .mcp_settings import McpServerSettings, stop_shared_servers
-from .proxy_tool import (
+from duet.workbenches._context import RequestContext
+from duet.workbenches._workbench import DuetWorkbench, DuetWorkbenchConfig
+from duet.workbenches._functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
+from duet.workbenches._http_settings import HttpToolSettings
+from duet.workbenches._mcp_settings import McpServerSettings, stop_shared_servers
+from duet.workbenches._proxy_tool import (
     CachingToolSchema,
     ClientSideToolError,
     ProxyTool,
@@ -34,9 +34,9 @@ from .proxy_tool import (
     derived_from,
     model_safe_name,
 )
-from .parameter_schemas import json_schema_problem, parameters_problem
-from .service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
-from .tool_schemas import ContentCache, content_key, proxy_tools_from_openai
+from duet.workbenches._parameter_schemas import json_schema_problem, parameters_problem
+from duet.workbenches._service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
+from duet.workbenches._tool_schemas import ContentCache, content_key, proxy_tools_from_openai
 
 __all__ = [
     "CachingToolSchema",
@@ -71,10 +71,10 @@ __all__ = [
 ]
 
 _IMPORTED_ON_USE = {
-    "HttpServiceTool": ".http_tools",
-    "McpServer": ".mcp",
-    "McpServerTool": ".mcp",
-    "McpServerUnavailable": ".mcp",
+    "HttpServiceTool": "._http_tools",
+    "McpServer": "._mcp",
+    "McpServerTool": "._mcp",
+    "McpServerUnavailable": "._mcp",
 }
 
 

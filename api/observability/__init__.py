@@ -1,6 +1,6 @@
 """Watching the service: Prometheus metrics, OpenTelemetry traces and one log line per request.
 
-The agents report their model, tool and store calls through :mod:`duet.agents.observe`; this package
+The agents report their model, tool and store calls through :mod:`duet.agents._observe`; this package
 is the service's side of it, and of each HTTP request.
 
 Public API:
@@ -13,11 +13,11 @@ Public API:
 - :func:`configure_tracing` — traces as the ``OTEL_*`` variables say; :func:`flush_traces` — sends what waits.
 """
 
-from .http import ObservedRequests, add_metrics_route
-from .logs import configure_logging
-from .metrics import SharedMetrics
-from .requests import Observability, RequestObservation, current_observation
-from .tracing import configure_tracing, flush_traces
+from duet.api.observability._http import ObservedRequests, add_metrics_route
+from duet.api.observability._logs import configure_logging
+from duet.api.observability._metrics import SharedMetrics
+from duet.api.observability._requests import Observability, RequestObservation, current_observation
+from duet.api.observability._tracing import configure_tracing, flush_traces
 
 __all__ = [
     "Observability",

@@ -9,8 +9,8 @@ Public API:
 - :class:`ResponsesRequest`, :class:`Response` — the request and the ``response`` object (wire models).
 """
 
-from .protocol import Response, ResponsesRequest
-from .serving import Responses
-from .store import ResponseStore
+from duet.api.responses._protocol import Response, ResponsesRequest
+from duet.api.responses._service import Responses
+from duet.api.responses._store import ResponseStore
 
 __all__ = ["Response", "ResponseStore", "Responses", "ResponsesRequest"]

@@ -1,0 +1,361 @@
+"""The answer half of the duet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncGenerator, Sequence
+
+from autogen_agentchat.base import Response
+from autogen_agentchat.messages import BaseChatMessage
+from autogen_core import CancellationToken, Component, FunctionCall
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    CreateResult,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    RequestUsage,
+    SystemMessage,
+)
+from autogen_core.tools import BaseTool, ToolResult, Workbench
+from autogen_core.tools._workbench import StreamWorkbench  # not exported by autogen_core.tools (0.7.5)
+from pydantic import Field
+from typing_extensions import Self
+
+from duet.workbenches import DuetWorkbench
+
+from duet.agents._model_reasoning import (
+    DEFAULT_PASS_REASONING_BACK,
+    ModelReasoning,
+    PassReasoningBack,
+    ReasonedAssistantMessage,
+    for_request,
+    reasoned_messages,
+)
+from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments
+from duet.agents._errors import UpstreamStatusError
+from duet.agents._conversation import new_call_id, without_images
+from duet.agents.upstream import add_usage, streaming_create_args
+from duet.agents._events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
+from duet.agents._grounding import retrieved_context
+from duet.agents._messages import answer_reply, client_handoff, read_grounding, read_task
+from duet.agents._observe import observe_client_tool_calls, observe_tool_call, observer_of
+from duet.agents._run import AnswerOptions, DuetRun, current_run
+from duet.agents._text_parts import TextParts
+from duet.agents._thinking import ReasoningSplitter
+
+logger = logging.getLogger(__name__)
+
+REASONING_PREAMBLE = (
+    "A reasoning model has thought this conversation through before you. Use its reasoning to "
+    "write your reply (and to decide on tool calls); do not repeat it verbatim.\n<reasoning>\n{reasoning}\n</reasoning>"
+)
+
+ANSWER_REASONING_LABEL = "[the answer model's own reasoning]\n"
+"""Starts the answer model's own reasoning in the reasoning stream, when it follows the reasoner's."""
+
+_FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "content_filter": "content_filter"}
+_DEFAULT_OPTIONS = AnswerOptions()
+
+
+DEFAULT_MAX_TOOL_ROUNDS = 8
+
+
+class AnswerAgentOptions(DuetAgentOptions):
+    """How the answer agent works: the fields its config and the YAML ``answer:`` section share."""
+
+    max_tool_rounds: int = Field(
+        DEFAULT_MAX_TOOL_ROUNDS, ge=0, description="Rounds of service-tool calls before the model must answer."
+    )
+    pass_reasoning_back: PassReasoningBack = Field(
+        DEFAULT_PASS_REASONING_BACK,
+        description="Send the model's own reasoning back on its tool-calling turns (thinking models require it): "
+        "true, false, or 'auto' (when the model produced reasoning).",
+    )
+
+
+class AnswerAgentConfig(AnswerAgentOptions, DuetAgentConfig):
+    """The answer agent as a component: the shared agent fields, then its options."""
+
+
+class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
+    """Replies with the reasoning in hand, calling the workbench's tools.
+
+    Calls to service tools (anything in the workbench that is not a client's
+    :class:`~duet.workbenches.ProxyTool`) run here, through the workbench, and their results go back to
+    the model, for up to ``max_tool_rounds`` rounds. Calls to client tools end the turn: the agent
+    hands off to ``client`` (a ``HandoffMessage`` whose context holds the calls), the team stops,
+    and Duet returns the calls to the client, which sends the results in its next request.
+
+    Example (no model is called before the agent's first turn):
+
+    >>> from duet.agents import OpenAICompatibleClient
+    >>> answerer = AnswerAgent("answerer", OpenAICompatibleClient("qwen2.5", "http://localhost:11434/v1"))
+    >>> answerer.dump_component().config["max_tool_rounds"]
+    8
+    """
+
+    component_config_schema = AnswerAgentConfig
+    component_provider_override = "duet.agents.AnswerAgent"
+
+    def __init__(
+        self,
+        name: str,
+        model_client: ChatCompletionClient,
+        *,
+        description: str = "Writes the reply using the reasoning, and calls tools.",
+        system_message: str | None = None,
+        workbench: Workbench | None = None,
+        tools: Sequence[BaseTool[Any, Any]] | None = None,
+        max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+        pass_reasoning_back: PassReasoningBack = DEFAULT_PASS_REASONING_BACK,
+    ) -> None:
+        super().__init__(
+            name, description, model_client, system_message=system_message, workbench=workbench, tools=tools
+        )
+        self._max_tool_rounds = max_tool_rounds
+        self._pass_reasoning_back = pass_reasoning_back
+
+    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str, grounding: str = "") -> list[LLMMessage]:
+        """System instructions (ours, the client's, the retrieved context, the reasoning) merged into
+        one leading system message, which every OpenAI-compatible server accepts; then the conversation."""
+        instructions = [self._system_message] if self._system_message else []
+        start = 0
+        while start < len(conversation) and isinstance(conversation[start], SystemMessage):
+            instructions.append(conversation[start].content)  # type: ignore[union-attr]
+            start += 1
+        if grounding:
+            instructions.append(retrieved_context(grounding))
+        if reasoning:
+            instructions.append(REASONING_PREAMBLE.format(reasoning=reasoning))
+        head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
+        body = conversation[start:]
+        if not self._model_client.model_info.get("vision", False):
+            body = without_images(body)
+        return [*head, *body]
+
+    async def _turn(
+        self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
+    ) -> AsyncGenerator[DuetEvent | Response, None]:
+        conversation, reasoning = read_task(messages)
+        workbench = self._workbench_for(run)
+        options = run.options if run is not None else _DEFAULT_OPTIONS
+        tools = await workbench.list_tools() if workbench is not None else []
+        history = self._prompt(conversation, reasoning, read_grounding(messages))
+        tool_choice: Any = options.tool_choice
+        if tool_choice not in ("auto", "none", "required"):
+            chosen = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)
+            if chosen is None:
+                raise ValueError(f"tool_choice names {tool_choice!r}, which is not among the tools")
+            tool_choice = chosen
+        create_args = streaming_create_args(self._model_client, options.create_args)
+        total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        turn: list[LLMMessage] = []  # what this turn adds to the conversation
+        spoke = False  # text from an earlier round was already streamed
+        # The model's own reasoning goes back on its tool-calling turns when it produced some (auto).
+        reasoned = reasoned_messages(history)
+        carries_reasoning = bool(reasoned)
+        pass_back = self._pass_reasoning_back is True or (
+            self._pass_reasoning_back == "auto" and (self._model_thinks() or any(m.reasoning.from_model for m in reasoned))
+        )
+
+        for round_number in range(self._max_tool_rounds + 1):
+            if cancellation_token.is_cancelled():
+                raise asyncio.CancelledError()
+            last_round = round_number == self._max_tool_rounds
+            round_tools, round_choice = tools, tool_choice
+            if last_round:  # out of service-tool rounds: only the client's tools are left to call
+                round_tools = [t for t in tools if self._client_tool(workbench, t["name"]) is not None]
+                if not isinstance(round_choice, str) and self._client_tool(workbench, round_choice.name) is None:
+                    round_choice = "auto"
+            splitter = ReasoningSplitter()
+            text_parts = TextParts()
+            thinking_parts = TextParts()  # the model's own reasoning in this round
+            result: CreateResult | None = None
+            piece, stream, pass_back = await self._open_stream(
+                history, pass_back, carries_reasoning, run,
+                tools=round_tools, tool_choice=round_choice, extra_create_args=create_args, cancellation_token=cancellation_token,
+            )
+            while piece is not None:  # the opened stream's first piece, then the rest (no wrapper per piece)
+                if isinstance(piece, CreateResult):
+                    result = piece
+                else:
+                    thinking, text = splitter.feed(piece)
+                    if thinking:
+                        if not thinking_parts and reasoning:  # after the reasoner's reasoning: say whose this is
+                            yield ReasoningDelta(text=ANSWER_REASONING_LABEL, source=self.name)
+                        thinking_parts.append(thinking)
+                        yield ReasoningDelta(text=thinking, source=self.name)
+                    if text:
+                        if spoke and not text_parts:
+                            text = "\n\n" + text  # a new round's text starts a new paragraph
+                        text_parts.append(text)
+                        yield ContentDelta(text=text)
+                piece = await anext(stream, None)
+            thinking, text = splitter.flush()
+            if thinking:
+                thinking_parts.append(thinking)
+                yield ReasoningDelta(text=thinking, source=self.name)
+            if text:
+                text_parts.append(text)
+                yield ContentDelta(text=text)
+            spoke = spoke or bool(text_parts)
+            assert result is not None
+            total = add_usage(total, result.usage)
+            yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
+                        reasoning_tokens=getattr(result, "reasoning_tokens", 0))
+            answer = text_parts.join().lstrip("\n")
+
+            if isinstance(result.content, str):
+                yield self._reply(answer, _FINISH_REASONS.get(result.finish_reason, "stop"), total)
+                return
+
+            # Duet issues its own call ids: upstreams repeat or omit theirs, and clients key on them.
+            calls = [FunctionCall(id=new_call_id(), name=call.name, arguments=call.arguments) for call in result.content]
+            if options.single_tool_call:
+                calls = calls[:1]
+            client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
+            service_calls = [call for call in calls if self._client_tool(workbench, call.name) is None]
+            if last_round and service_calls:
+                logger.warning("%s is out of tool rounds (%d); not running %s", self.name, self._max_tool_rounds,
+                               ", ".join(call.name for call in service_calls))
+                calls, service_calls = client_calls, []
+                if not calls:
+                    yield self._reply(answer, "stop", total)
+                    return
+            results: list[FunctionExecutionResult] = []
+            if service_calls:
+                async for event in self._run_service_calls(workbench, service_calls, results, cancellation_token):
+                    yield event
+            # The whole round, as the model made it: every call (with the model's reasoning on them), then
+            # the results known here.
+            asked: AssistantMessage = AssistantMessage(content=calls, thought=answer or None, source=self.name)
+            own_reasoning = self._own_reasoning(thinking_parts, result)
+            if own_reasoning is not None:
+                asked = ReasonedAssistantMessage(content=calls, thought=answer or None, source=self.name, reasoning=own_reasoning)
+                carries_reasoning = True
+                pass_back = pass_back or self._pass_reasoning_back == "auto"
+            turn += [asked, FunctionExecutionResultMessage(content=results)]
+            if client_calls:
+                observe_client_tool_calls(run, (self._client_tool(workbench, call.name).client_name for call in client_calls))
+                yield ToolCallsRequested(
+                    calls=[
+                        ToolCall(id=call.id, name=self._client_tool(workbench, call.name).client_name, arguments=call.arguments)  # type: ignore[union-attr]
+                        for call in client_calls
+                    ]
+                )
+                # The context is the turn the client will not see (service calls and their results,
+                # earlier service-only rounds): Duet keeps it for the follow-up with the client's results.
+                yield Response(chat_message=client_handoff(self.name, client_calls, turn, total))
+                return
+            history += turn[-2:]
+            if tool_choice != "none":
+                tool_choice = "auto"  # 'required' or a named tool applies to the first round only
+
+    def _model_thinks(self) -> bool:
+        """The model was seen producing reasoning (Duet's client remembers how its upstream spells it)."""
+        return getattr(self._model_client, "reasoning_field", None) is not None
+
+    @staticmethod
+    def _own_reasoning(thinking_parts: TextParts, result: CreateResult) -> ModelReasoning | None:
+        """The reasoning the model produced on a round of tool calls, as its upstream spelled it."""
+        details = getattr(result, "reasoning_details", None)
+        if not thinking_parts and not details:
+            return None
+        field = getattr(result, "reasoning_field", None) or "reasoning_content"
+        return ModelReasoning(text=thinking_parts.join(), field=field, details=details)
+
+    async def _open_stream(
+        self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, run: DuetRun | None, **arguments: Any
+    ) -> tuple[str | CreateResult, AsyncGenerator[str | CreateResult, None], bool]:
+        """The model's stream for ``history`` (its reasoning passed back or not), opened: its first
+        piece, the stream, and whether it passes the reasoning back. In ``auto``, an upstream that
+        refuses the request for want of reasoning (DeepSeek's HTTP 400 "Missing `reasoning_content`
+        field") is asked again with it."""
+        field = getattr(self._model_client, "reasoning_field", None)
+        request = for_request(history, pass_back, field) if pass_back or carries_reasoning else history
+        stream = self._model_stream("answer", run, request, **arguments)
+        try:
+            first = await anext(stream)
+        except UpstreamStatusError as exc:
+            await stream.aclose()
+            if pass_back or self._pass_reasoning_back != "auto" or not _asks_for_reasoning(exc):
+                raise
+            logger.info("%s: the answer model wants its reasoning back on tool-calling turns; sending it", self.name)
+            return await self._open_stream(history, True, carries_reasoning, run, **arguments)
+        return first, stream, pass_back
+
+    def _reply(self, text: str, finish_reason: FinishReason, usage: RequestUsage) -> Response:
+        return Response(chat_message=answer_reply(self.name, text, finish_reason, usage))
+
+    @staticmethod
+    def _client_tool(workbench: Workbench | None, name: str) -> Any:
+        return workbench.client_tool(name) if isinstance(workbench, DuetWorkbench) else None
+
+    async def _run_service_calls(
+        self,
+        workbench: Workbench | None,
+        calls: Sequence[FunctionCall],
+        results: list[FunctionExecutionResult],
+        cancellation_token: CancellationToken,
+    ) -> AsyncGenerator[DuetEvent, None]:
+        """Runs the calls concurrently through the workbench; reports each as a reasoning line so a
+        long round is not a silent one. Results land in ``results`` in call order."""
+        for call in calls:
+            yield ReasoningDelta(text=f"\n[calling {call.name} {call.arguments}]\n", source=self.name)
+        observer = observer_of(current_run())
+        outcomes = await asyncio.gather(
+            *(observe_tool_call(observer, call.name, self._call_tool(workbench, call, cancellation_token)) for call in calls))
+        for call, outcome in zip(calls, outcomes, strict=True):
+            results.append(outcome)
+            status = "failed" if outcome.is_error else "returned"
+            yield ReasoningDelta(text=f"[{call.name} {status}]\n", source=self.name)
+
+    @staticmethod
+    async def _call_tool(
+        workbench: Workbench | None, call: FunctionCall, cancellation_token: CancellationToken
+    ) -> FunctionExecutionResult:
+        def failure(message: str) -> FunctionExecutionResult:
+            return FunctionExecutionResult(content=message, call_id=call.id, name=call.name, is_error=True)
+
+        if workbench is None:
+            return failure(f"Tool {call.name} not found.")
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError as exc:
+            return failure(f"The arguments are not valid JSON: {exc}")
+        if not isinstance(arguments, dict):
+            return failure("The arguments must be a JSON object.")
+        result: ToolResult | None = None
+        if isinstance(workbench, StreamWorkbench):
+            async for item in workbench.call_tool_stream(call.name, arguments, cancellation_token, call_id=call.id):
+                if isinstance(item, ToolResult):
+                    result = item
+        else:
+            result = await workbench.call_tool(call.name, arguments, cancellation_token, call_id=call.id)
+        if result is None:
+            return failure(f"Tool {call.name} returned nothing.")
+        return FunctionExecutionResult(content=result.to_text(), call_id=call.id, name=call.name, is_error=result.is_error)
+
+    def _to_config(self) -> AnswerAgentConfig:
+        return AnswerAgentConfig(
+            **self._base_config(), max_tool_rounds=self._max_tool_rounds, pass_reasoning_back=self._pass_reasoning_back
+        )
+
+    @classmethod
+    def _from_config(cls, config: AnswerAgentConfig, model_client: ChatCompletionClient | None = None) -> Self:
+        return cls(
+            config.name,
+            **agent_arguments(config, model_client),
+            max_tool_rounds=config.max_tool_rounds,
+            pass_reasoning_back=config.pass_reasoning_back,
+        )
+
+
+def _asks_for_reasoning(error: UpstreamStatusError) -> bool:
+    """The upstream refused a request for want of the reasoning of an assistant message (HTTP 400)."""
+    return error.upstream_status == 400 and "reasoning" in str(error).lower()
+

@@ -1,0 +1,176 @@
+"""Errors the duet raises. The HTTP layer maps each type to a status code (see ``api/_errors.py``).
+
+An upstream failure names the stage and the model (``answer model qwen2.5:7b answered HTTP 429:
+…``), never the upstream's URL, and keeps what the upstream said about it (status, ``code``,
+``type``, ``param``, ``Retry-After``). Configured secrets never appear in a message: every
+upstream error is masked (:func:`mask_secrets`) when it is made.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable
+
+from duet.agents._names import ANSWERER_NAME, REASONER_NAME
+
+MIN_SECRET_LENGTH = 6
+"""Shorter values are not masked (masking "1" or "abc" everywhere would garble every message)."""
+
+_secrets: set[str] = set()
+_ordered_secrets: tuple[str, ...] = ()
+
+
+def register_secrets(values: Iterable[str | None]) -> None:
+    """Adds configured secrets (API keys, header values) to what :func:`mask_secrets` hides."""
+    global _ordered_secrets
+    added = {value for value in values if value and len(value) >= MIN_SECRET_LENGTH} - _secrets
+    if added:
+        _secrets.update(added)
+        _ordered_secrets = tuple(sorted(_secrets, key=len, reverse=True))  # a longer secret may contain a shorter one
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with every registered secret replaced by ``***``."""
+    for secret in _ordered_secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+class DuetError(Exception):
+    """Base class of every error Duet raises on purpose."""
+
+
+class UpstreamError(DuetError):
+    """An upstream model server failed.
+
+    ``message`` reads "<stage> <model> <what happened>": the model client knows the model, the
+    agent that called it names the stage (:meth:`at_stage`). The upstream's own ``code``,
+    ``error_type``, ``param`` and ``retry_after`` (the ``Retry-After`` header, as sent) are kept.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        upstream_status: int | None = None,
+        code: str | None = None,
+        error_type: str | None = None,
+        param: str | None = None,
+        retry_after: str | None = None,
+    ) -> None:
+        self.detail = mask_secrets(message)
+        self.model = model
+        self.stage = "model"
+        self.upstream_status = upstream_status
+        self.code = code
+        self.error_type = error_type
+        self.param = param
+        self.retry_after = retry_after
+        super().__init__(self.detail)
+
+    @property
+    def message(self) -> str:
+        return f"{self.stage} {self.model} {self.detail}" if self.model else f"the upstream {self.stage} {self.detail}"
+
+    def __str__(self) -> str:
+        return self.message
+
+    def at_stage(self, agent_name: str) -> "UpstreamError":
+        """Names the stage after the agent whose model failed ("reasoning model", "answer model")."""
+        self.stage = {REASONER_NAME: "reasoning model", ANSWERER_NAME: "answer model"}.get(agent_name, f"{agent_name}'s model")
+        return self
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered with an error status, or sent an error object instead of an answer."""
+
+
+class UpstreamConnectionError(UpstreamError):
+    """The upstream closed the connection before the model finished."""
+
+
+class UpstreamUnreachable(UpstreamConnectionError):
+    """No connection to the upstream could be made (refused, unknown host, connect timeout)."""
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream's answer is not what the OpenAI protocol says (an HTML page, a chunk that is
+    not JSON, a stream without any answer)."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream stayed silent for longer than the client's read timeout."""
+
+
+class TeamLoadError(DuetError):
+    """A team file could not be loaded; the message names the provider that failed."""
+
+
+def upstream_error_text(body: bytes | str | Any, status: int) -> str:
+    """The upstream's own error message, whatever shape it came in (bounded)."""
+    if isinstance(body, (bytes, str)):
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        text = text.strip()
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return _shorten(text) or f"HTTP {status}"
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        return _shorten(str(error.get("message") or error.get("detail") or error))
+    return _shorten(str(error)) or f"HTTP {status}"
+
+
+def error_fields(error: Any, status: int | None = None) -> dict[str, Any]:
+    """``code``, ``error_type`` and ``param`` of an OpenAI-style error object, as strings. A code
+    that only repeats the HTTP ``status`` says nothing more and is left out."""
+    if not isinstance(error, dict):
+        return {}
+    fields = {"code": error.get("code"), "error_type": error.get("type"), "param": error.get("param")}
+    kept = {name: str(value) for name, value in fields.items() if isinstance(value, (str, int)) and not isinstance(value, bool)}
+    if status is not None and kept.get("code") == str(status):
+        del kept["code"]
+    return kept
+
+
+def _shorten(text: str, limit: int = 1000) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def is_openai_error(exc: BaseException) -> bool:
+    """True for an ``openai`` SDK error. The SDK is imported only by a pipeline that uses AutoGen's
+    stock client; before that, no exception can be one of its errors (and nothing imports it here)."""
+    openai = sys.modules.get("openai")
+    return openai is not None and isinstance(exc, openai.APIError)
+
+
+def upstream_error_from_openai(exc: BaseException, model: str | None) -> UpstreamError | None:
+    """An ``openai`` SDK error (AutoGen's stock ``OpenAIChatCompletionClient``) as the same
+    :class:`UpstreamError` Duet's own client raises; ``None`` for anything else."""
+    if not is_openai_error(exc):
+        return None
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return UpstreamTimeout("did not answer in time", model=model)
+    if isinstance(exc, openai.APIConnectionError):
+        if type(exc.__cause__).__name__ in ("ConnectError", "ConnectTimeout"):
+            return UpstreamUnreachable("cannot be reached", model=model)
+        return UpstreamConnectionError("broke off the connection", model=model)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        fields = error_fields(exc.body, status)
+        return UpstreamStatusError(
+            f"answered HTTP {status}: {upstream_error_text(exc.body, status) if exc.body is not None else exc.message}",
+            model=model,
+            upstream_status=status,
+            retry_after=exc.response.headers.get("retry-after"),
+            **fields,
+        )
+    if isinstance(exc, openai.APIError):  # e.g. an error object inside a stream
+        return UpstreamStatusError(f"failed: {upstream_error_text(exc.body, 200) if exc.body else exc.message}", model=model,
+                                   **error_fields(exc.body))
+    return None

@@ -1,0 +1,59 @@
+"""What a client does not see of a tool round (and a stored Responses API response), kept until its
+follow-up arrives: one record type, one abstract store, a module per back-end.
+
+When the answer model calls client tools, Duet returns only those calls. The rest of the round —
+service tools it ran (calls and results), earlier service-only rounds of the same turn, and the
+reasoning the round was answered with — would be lost: the client's follow-up brings back only what
+it saw. Duet stores that hidden part, keyed by each returned tool-call id, and splices it back into
+the conversation when a follow-up carries those ids (:func:`splice`, :func:`tool_rounds`).
+
+Back-ends: SQLite (a file, the default; :class:`SQLiteContinuationStore`), Redis (``redis://``,
+``rediss://``, ``unix://``, shared by replicas; :class:`RedisContinuationStore`), memory
+(:class:`MemoryContinuationStore`). Entries expire. The store is an optimisation of answer quality,
+never a reason to fail a request: :func:`open_store` (and ``Duet``, for a store passed in from
+Python) wraps a back-end in a :class:`GuardedStore`, which bounds every call by a timeout and turns
+faults into :class:`StoreUnavailable` (reported once per outage), so a round goes on without its
+hidden part.
+
+Every entry belongs to an owner (:func:`owned`): the API key whose request stored it, as a stable,
+non-reversible id, so one key never reads or continues what another stored.
+"""
+
+from duet.agents.continuations._guarded import RETRY_INTERVAL, GuardedStore, open_store
+from duet.agents.continuations._memory import MemoryContinuationStore
+from duet.agents.continuations._redis import RedisContinuationStore
+from duet.agents.continuations._rounds import splice, tool_rounds
+from duet.agents.continuations._sqlite import SWEEP_BATCH, SWEEP_INTERVAL, SQLiteContinuationStore
+from duet.agents.continuations._store import (
+    DEFAULT_OWNER,
+    DEFAULT_STATE_URL,
+    DEFAULT_STORE_TIMEOUT,
+    DEFAULT_TTL,
+    Continuation,
+    ContinuationStore,
+    StoreOpenError,
+    StoreUnavailable,
+    owned,
+)
+
+__all__ = [
+    "Continuation",
+    "ContinuationStore",
+    "DEFAULT_OWNER",
+    "DEFAULT_STATE_URL",
+    "DEFAULT_STORE_TIMEOUT",
+    "DEFAULT_TTL",
+    "GuardedStore",
+    "MemoryContinuationStore",
+    "RETRY_INTERVAL",
+    "RedisContinuationStore",
+    "SQLiteContinuationStore",
+    "SWEEP_BATCH",
+    "SWEEP_INTERVAL",
+    "StoreOpenError",
+    "StoreUnavailable",
+    "open_store",
+    "owned",
+    "splice",
+    "tool_rounds",
+]

@@ -1,0 +1,122 @@
+"""The SQLite back-end (a file, the default): ``sqlite:///path``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from duet.agents.continuations._store import (
+    DEFAULT_STORE_TIMEOUT,
+    DEFAULT_TTL,
+    Continuation,
+    ContinuationStore,
+    StoreOpenError,
+    decode,
+)
+
+logger = logging.getLogger("duet.agents.continuations")
+
+SWEEP_INTERVAL = 60.0  # seconds between two sweeps of expired SQLite rows
+SWEEP_BATCH = 500  # rows deleted per statement: a sweep never holds the store for long
+_T = TypeVar("_T")
+
+
+class SQLiteContinuationStore(ContinuationStore):
+    """A SQLite file; calls run in a thread of the store's own, so the event loop never waits on the
+    disk. A put is one indexed insert, whatever the number of stored rounds: expired rows are deleted
+    on that thread in batches of ``SWEEP_BATCH`` (request calls queued meanwhile run between two
+    batches), at startup and then at most every ``sweep_interval`` seconds."""
+
+    def __init__(
+        self, path: str | Path, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT, sweep_interval: float = SWEEP_INTERVAL
+    ) -> None:
+        self._path = Path(path)
+        self._ttl = ttl
+        self._sweep_interval = sweep_interval
+        self._closed = False
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            # timeout: how long a call waits for another process's write lock.
+            self._connection = sqlite3.connect(self._path, timeout=timeout, check_same_thread=False, isolation_level=None)
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL never corrupts the file; a power cut may lose the last rounds' hidden parts,
+            # which only costs those follow-ups their hidden part. It saves an fsync per put.
+            self._connection.execute("PRAGMA synchronous=NORMAL")
+            self._connection.execute(
+                "CREATE TABLE IF NOT EXISTS continuations (call_id TEXT PRIMARY KEY, payload TEXT NOT NULL, expires_at REAL NOT NULL)"
+            )
+            self._connection.execute("CREATE INDEX IF NOT EXISTS continuations_by_expiry ON continuations (expires_at)")
+            self._connection.execute("BEGIN IMMEDIATE")  # fails now, not on the first put, if the file is read-only
+            self._connection.execute("ROLLBACK")
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreOpenError(f"cannot open the continuation store {self._path}: {exc}") from None
+        # One thread of its own: the disk never waits behind tools in a shared executor.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duet-state")
+        self._next_sweep = time.monotonic() + sweep_interval
+        self._thread.submit(self._sweep, time.time())  # what expired while the service was down
+
+    async def _run(self, function: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
+
+    def _put(self, call_ids: Sequence[str], payload: str) -> None:
+        now = time.time()
+        self._connection.executemany(
+            "INSERT OR REPLACE INTO continuations VALUES (?, ?, ?)", [(i, payload, now + self._ttl) for i in call_ids]
+        )
+        if time.monotonic() >= self._next_sweep:  # queued: this put returns first
+            self._next_sweep = time.monotonic() + self._sweep_interval
+            self._thread.submit(self._sweep, now)
+
+    def _sweep(self, now: float) -> None:
+        """Deletes one batch of rows expired at ``now``; while batches come back full, queues the
+        next one behind whatever calls are waiting for the thread."""
+        if self._closed:
+            return
+        try:
+            deleted = self._connection.execute(
+                "DELETE FROM continuations WHERE rowid IN (SELECT rowid FROM continuations WHERE expires_at <= ? LIMIT ?)",
+                (now, SWEEP_BATCH),
+            ).rowcount
+        except sqlite3.Error as exc:  # the next sweep tries again; request calls report their own faults
+            logger.warning("could not delete expired rounds from the continuation store %s: %s", self._path, exc)
+            return
+        if deleted == SWEEP_BATCH:
+            try:
+                self._thread.submit(self._sweep, now)
+            except RuntimeError:  # closing
+                pass
+
+    def _get(self, call_ids: list[str]) -> str | None:
+        marks = ",".join("?" * len(call_ids))
+        row = self._connection.execute(
+            f"SELECT payload FROM continuations WHERE call_id IN ({marks}) AND expires_at > ? LIMIT 1", (*call_ids, time.time())
+        ).fetchone()
+        return row[0] if row else None
+
+    def _ping(self) -> None:
+        self._connection.execute("SELECT 1 FROM continuations LIMIT 1").fetchall()
+
+    async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
+        await self._run(self._put, call_ids, continuation.model_dump_json())
+
+    async def get(self, call_ids: Iterable[str]) -> Continuation | None:
+        ids = list(call_ids)
+        if not ids:
+            return None
+        return decode(await self._run(self._get, ids), ids)
+
+    async def ping(self) -> None:
+        await self._run(self._ping)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._run(self._connection.close)
+        self._thread.shutdown(cancel_futures=True)
+
+    def __str__(self) -> str:
+        return f"sqlite:///{self._path}"

@@ -1,0 +1,355 @@
+"""Running the duet on one conversation: the code path the HTTP service and Python scripts share.
+
+A run (:meth:`Duet.start`) leases a team from the pipeline's pool, binds the request to it
+(:func:`~duet.agents._run.bind_run`), hands it the task (:mod:`duet.agents._messages`) and
+reads what the team yields, while the agents' events reach the caller through the run's
+:class:`~duet.agents.pipeline._stream.DuetStream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+from autogen_agentchat.base import Team
+from autogen_core import CancellationToken, ComponentModel
+from autogen_core.models import AssistantMessage, ChatCompletionClient, FunctionExecutionResultMessage, LLMMessage
+
+from duet.workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, proxy_tools_from_openai
+
+from duet.agents._cancellation import RunToken
+from duet.agents.continuations import (
+    DEFAULT_OWNER,
+    Continuation,
+    ContinuationStore,
+    GuardedStore,
+    MemoryContinuationStore,
+    StoreUnavailable,
+    owned,
+    splice,
+    tool_rounds,
+)
+from duet.agents._conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results
+from duet.agents._events import DuetEvent, Failed, Finished, FinishReason
+from duet.agents._ids import random_id
+from duet.agents._messages import AnswerReply, ClientHandoff, GroundingReply, ReasoningReply, read_reply, task_messages
+from duet.agents._observe import RunObserver, request_sent_hook
+from duet.agents.pipeline._pool import TeamPool, TeamSlot
+from duet.agents.pipeline._result import DuetResult
+from duet.agents._run import AnswerOptions, DuetRun, bind_run
+from duet.agents.runtime import LeanAgentRuntime
+from duet.agents._settings import PipelineSettings, ReasoningOutput
+from duet.agents.pipeline._stream import DuetStream, EventChannel
+from duet.agents.pipeline._team import reset_team
+from duet.agents.pipeline._team_factory import TeamFactory
+from duet.agents.pipeline._team_files import load_team_config, service_tools_of
+
+logger = logging.getLogger(__name__)
+
+SETTLE_TIMEOUT = 5.0
+"""Seconds the handlers of a cancelled or failed run get to end before they are cancelled."""
+
+
+def _stop_if_cancelled(token: CancellationToken) -> None:
+    if token.is_cancelled():
+        raise asyncio.CancelledError()
+
+
+class Duet:
+    """A pipeline ready to run: a team of a :class:`ReasoningAgent` and an :class:`AnswerAgent` (or a
+    team file), the tools the service runs itself, and how reasoning is shown.
+
+    Build it from settings or a team file, open it (starts its MCP servers), then run it on an
+    OpenAI-style conversation::
+
+        async with Duet.from_settings(PipelineSettings(answer=AnswerSettings(model="qwen2.5:7b"))) as duet:
+            async for event in duet.stream([{"role": "user", "content": "Hi"}], tools=openai_tools):
+                print(event)
+
+    Each run leases a team, binds the request (events sink, the request's workbench with the
+    client's tools as :class:`~duet.workbenches.ProxyTool` objects beside the service tools, the answer
+    options) and runs the team on its AutoGen runtime.
+    """
+
+    def __init__(
+        self,
+        team_factory: TeamFactory,
+        *,
+        name: str = "duet",
+        services: ServiceTools | None = None,
+        reasoning_output: ReasoningOutput = "reasoning_content",
+        continuations: ContinuationStore | None = None,
+        max_idle_teams: int = 64,
+    ) -> None:
+        """``team_factory`` makes the pipeline's teams; the pipeline owns it from here on (:meth:`close`)."""
+        self.name = name
+        self.reasoning_output: ReasoningOutput = reasoning_output
+        self.services = services or ServiceTools()
+        store = continuations or MemoryContinuationStore()
+        # Guarded whatever it is (a store passed in from Python, memory://): a fault or a hang costs a
+        # round its hidden part, bounded and logged once per outage, never the request.
+        self.continuations = store if isinstance(store, GuardedStore) else GuardedStore(store)
+        self._team_factory = team_factory
+        self._pool = TeamPool(team_factory, max_idle_teams)
+
+    @classmethod
+    def from_settings(cls, settings: PipelineSettings, *, continuations: ContinuationStore | None = None) -> "Duet":
+        """Creates the pipeline's model clients and service tools once; every team it runs shares them."""
+        services = ServiceTools.from_settings(settings.tools)
+        if settings.grounding is not None and not settings.tools.mcp:  # MCP servers' tools are known once they run
+            unknown = set(settings.grounding.tools) - {tool.name for tool in services.tools}
+            if unknown:
+                raise ValueError(f"pipeline '{settings.name}': grounding names {', '.join(sorted(unknown))}, which is not "
+                                 f"among its service tools ({', '.join(sorted(t.name for t in services.tools)) or 'none'})")
+        return cls(
+            TeamFactory.from_settings(settings),
+            name=settings.name,
+            services=services,
+            reasoning_output=settings.reasoning_output,
+            continuations=continuations,
+        )
+
+    @classmethod
+    def from_team(
+        cls,
+        team: ComponentModel | Mapping[str, Any] | str | Path,
+        *,
+        name: str = "duet",
+        reasoning_output: ReasoningOutput = "reasoning_content",
+        continuations: ContinuationStore | None = None,
+    ) -> "Duet":
+        """Serves a team component (a dict, a ``ComponentModel`` or a JSON file path), e.g. one
+        exported by ``duet export-team`` or edited in AutoGen Studio.
+
+        The team is loaded once here, so a broken file fails at startup, naming the provider
+        that could not be loaded. Duet's own team is then served as a settings pipeline is (the lean
+        runtime; model clients made for concurrent use created once and shared, any other client
+        loaded for each pooled team: see :class:`TeamFactory`); any other team is loaded whole for
+        each pooled team. The client tools of each request join the team's service tools (the
+        non-client tools of its answer agent).
+        """
+        config = load_team_config(team)
+        factory = TeamFactory(config, origin=str(team) if isinstance(team, (str, Path)) else "component")
+        return cls(factory, name=name, services=ServiceTools(service_tools_of(config)),
+                   reasoning_output=reasoning_output, continuations=continuations)
+
+    @property
+    def model_clients(self) -> list[ChatCompletionClient]:
+        """The model clients every team of this pipeline shares (readiness probes ask their servers)."""
+        return self._team_factory.model_clients
+
+    @property
+    def service_tool_names(self) -> frozenset[str]:
+        return self.services.names
+
+    async def open(self) -> "Duet":
+        """Starts what runs beside the pipeline (its MCP servers). Raises if one cannot start."""
+        await self.services.open()
+        return self
+
+    async def close(self) -> None:
+        """Stops the MCP servers, closes the idle teams, then the team factory (the model clients
+        the teams share)."""
+        await self.services.close()
+        for slot in self._pool.drain():
+            await slot.close()
+        await self._team_factory.close()
+
+    async def __aenter__(self) -> "Duet":
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def new_team(self) -> Team:
+        """A fresh team of this pipeline, loaded from its component on an embedded runtime: run it
+        with AgentChat directly (``await team.run(task=...)``) or dump it. Nothing of it is shared
+        with the served teams: its agents have model clients of their own, which closing the
+        pipeline does not close. The caller closes its agents when done with it (each closes its
+        model client; AgentChat teams have no close of their own)."""
+        return self._team_factory.standalone()
+
+    def start(
+        self,
+        messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage],
+        *,
+        tools: Sequence[Mapping[str, Any]] | Sequence[ProxyTool] = (),
+        options: AnswerOptions | None = None,
+        request_id: str | None = None,
+        user: str | None = None,
+        cancellation_token: CancellationToken | None = None,
+        observer: RunObserver | None = None,
+        owner: str = DEFAULT_OWNER,
+    ) -> DuetStream:
+        """Starts one run of the duet (call from a coroutine) and returns it at once.
+
+        ``messages`` is an OpenAI ``messages`` list (or AutoGen ``LLMMessage`` objects); ``tools``
+        an OpenAI ``tools`` list (or :class:`ProxyTool` objects). The run binds the request
+        (event sink, the request's workbench, the answer options) and runs a leased team on its
+        runtime; cancelling ``cancellation_token`` or closing the stream stops it. The run keeps
+        pace with its reader: once :data:`~duet.agents.pipeline._stream.MAX_BUFFERED_EVENTS` events wait
+        unread, the agents stop reading their models' streams until the reader catches up (or
+        closes the stream). A token cancelled before the run starts ends it at once with
+        ``Failed``, before any model is called. ``observer`` is told of every model, tool and store
+        call of the run (:mod:`duet.agents._observe`). ``owner`` is whose stored state the run reads
+        and writes (the HTTP service passes its API key's id; runs from Python share the default owner).
+        """
+        if messages and isinstance(messages[0], Mapping):
+            conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
+        else:
+            conversation = list(messages)  # type: ignore[arg-type]
+        if not tools:
+            client_tools: list[ProxyTool] = []
+        elif all(isinstance(tool, ProxyTool) for tool in tools):
+            client_tools = list(tools)  # type: ignore[arg-type]
+        else:
+            client_tools = proxy_tools_from_openai(tools)  # type: ignore[arg-type]
+        channel = EventChannel()
+        request = RequestContext(request_id=request_id or random_id(), user=user, pipeline=self.name, owner=owner)
+        run = DuetRun(
+            emit=channel.emit,
+            room=channel.room,
+            workbench=DuetWorkbench.for_request(self.services.tools, client_tools, request=request),
+            options=options or AnswerOptions(),
+            request=request,
+            observer=observer,
+        )
+        token = cancellation_token or RunToken()
+        token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
+        hook = request_sent_hook.set(channel.mark_request_out)  # for the run's tasks: they copy the context
+        try:
+            driver = asyncio.create_task(self._drive(conversation, run, token))
+        finally:
+            request_sent_hook.reset(hook)
+        return DuetStream(channel, driver, token)
+
+    async def stream(
+        self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any
+    ) -> AsyncIterator[DuetEvent]:
+        """Runs the duet once, yielding :mod:`duet.agents._events` until ``Finished`` or ``Failed``.
+        Takes the arguments of :meth:`start`; leaving the loop early stops the run."""
+        stream = self.start(messages, **kwargs)
+        try:
+            async for event in stream:
+                yield event
+        finally:
+            await stream.close()
+
+    async def run(self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any) -> DuetResult:
+        """Like :meth:`stream`, collected into one :class:`DuetResult`. Raises the run's error."""
+        events = [event async for event in self.stream(messages, **kwargs)]
+        if isinstance(events[-1], Failed):
+            raise events[-1].error
+        return DuetResult.of(events)
+
+    async def _drive(self, conversation: list[LLMMessage], run: DuetRun, token: CancellationToken) -> None:
+        with bind_run(run):  # the team's runtime is started inside: its tasks inherit the binding
+            slot: TeamSlot | None = None
+            clean = False
+            try:
+                _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
+                owner = run.request.owner
+                conversation, earlier_reasoning, grounding = await self._restore(conversation, owner)
+                task = task_messages(conversation, earlier_reasoning, grounding)
+                _stop_if_cancelled(token)
+                slot = self._pool.acquire()
+                if slot.first_speaker is not None:  # its turn starts before the team routes the task to it
+                    await slot.first_speaker.head_start(task, run, token)
+                    # The team's routing (AgentChat's messages, a few hundred microseconds of CPU) waits
+                    # until the first event is on its way to the client: it is not on the path of the first token.
+                    await run.head_start_under_way()
+                if slot.runtime is not None:
+                    slot.runtime.start()
+                finish_reason: FinishReason = "stop"
+                hidden_part_lost = False
+                reasoning: list[str] = []
+                async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
+                    reply = read_reply(message)
+                    if isinstance(reply, ReasoningReply):
+                        if reply.text:
+                            reasoning.append(reply.text)
+                    elif isinstance(reply, GroundingReply):
+                        grounding = reply.text or grounding  # this round's results, else the restored ones
+                    elif isinstance(reply, ClientHandoff):
+                        finish_reason = "tool_calls"
+                        kept = await self._keep(reply.turn, owner, "\n\n".join(reasoning) or earlier_reasoning or "", grounding)
+                        hidden_part_lost = not kept
+                    elif isinstance(reply, AnswerReply):
+                        finish_reason = reply.finish_reason
+                    # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
+                run.emit(Finished(finish_reason=finish_reason, hidden_part_lost=hidden_part_lost))
+                clean = True
+            except asyncio.CancelledError as exc:
+                run.emit(Failed(message="the run was cancelled", error=exc))  # ends the stream of whoever still reads it
+                if not token.is_cancelled():
+                    raise
+            except Exception as exc:  # an agent already reported its own failure; this covers the rest
+                run.emit(Failed(message=str(exc), error=exc))
+            finally:
+                await run.drop_head_start()  # a turn started ahead that the team never reached
+                if slot is not None:
+                    if not clean:
+                        token.cancel()  # whatever of the run still goes on stops at its next await
+                    await self._settle(slot, clean)
+
+    def _key(self, call_id: str, owner: str) -> str:
+        return owned(owner, f"{self.name}:{call_id}")  # a pipeline only ever continues its owner's own rounds
+
+    async def _restore(self, conversation: list[LLMMessage], owner: str) -> tuple[list[LLMMessage], str | None, str]:
+        """Puts back the hidden part of every tool round since the last user message (a follow-up
+        may continue several), and returns the reasoning the latest of them was answered with
+        (``None`` when no round was restored) and its retrieved context."""
+        if not ends_with_tool_results(conversation):
+            return conversation, None, ""
+        reasoning: str | None = None
+        grounding = ""
+        for index in reversed(tool_rounds(conversation)):  # from the end, so earlier indices hold
+            call_ids = [call.id for call in conversation[index].content]  # type: ignore[union-attr]
+            try:
+                continuation = await self.continuations.get(self._key(call_id, owner) for call_id in call_ids)
+            except StoreUnavailable:  # the store reports its outage once; this round goes on without it
+                break
+            if continuation is None:
+                if any(DUET_CALL_ID.match(call_id) for call_id in call_ids):
+                    logger.warning("no saved state for tool calls %s (expired, not saved during a store outage, or kept by "
+                                   "another store or for another API key): continuing without the part of the round the "
+                                   "client did not see", ", ".join(call_ids))
+                continue
+            conversation = splice(conversation, index, continuation)
+            reasoning = reasoning or continuation.reasoning
+            grounding = grounding or continuation.grounding
+        return conversation, reasoning, grounding
+
+    async def _keep(self, turn: Sequence[LLMMessage], owner: str, reasoning: str, grounding: str = "") -> bool:
+        """Saves the hidden part of a round that ends with client tool calls; False when it could not be kept."""
+        if len(turn) < 2 or not isinstance(turn[-2], AssistantMessage) or not isinstance(turn[-1], FunctionExecutionResultMessage):
+            return True  # nothing hidden to keep
+        answered = {result.call_id for result in turn[-1].content}
+        client_ids = [call.id for call in turn[-2].content if call.id not in answered]  # type: ignore[union-attr]
+        continuation = Continuation(turn=list(turn), reasoning=reasoning, grounding=grounding)
+        try:
+            await self.continuations.put([self._key(i, owner) for i in client_ids], continuation)
+        except StoreUnavailable:  # the store reports its outage once; the client still gets its calls, and Finished says so
+            return False
+        return True
+
+    async def _settle(self, slot: TeamSlot, clean: bool) -> None:
+        """Resets a team that finished cleanly and returns it to the pool; closes any other."""
+        if clean:
+            try:
+                await reset_team(slot.team, slot.runtime)
+            except Exception:  # a team that cannot reset is not reused
+                logger.exception("closing a team that failed to reset")
+            else:
+                if self._pool.release(slot):
+                    return
+        elif isinstance(slot.runtime, LeanAgentRuntime):
+            await slot.runtime.stop_after_handlers(SETTLE_TIMEOUT)
+        elif slot.runtime is not None:
+            # The runtime re-raises the failure the run already reported; nothing new to log.
+            with contextlib.suppress(BaseException):
+                await slot.runtime.stop()
+        await slot.close()

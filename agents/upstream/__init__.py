@@ -1,0 +1,41 @@
+"""The upstream model client: Duet's lean AutoGen ``ChatCompletionClient`` for OpenAI-compatible
+servers, and how a model's thinking is told from its answer as the text streams in.
+
+Public API:
+
+- :class:`OpenAICompatibleClient` — streams ``/chat/completions`` over aiohttp; its stream yields
+  reasoning as :class:`ReasoningText` pieces and the answer as plain ``str``, then an
+  :class:`UpstreamResult`; configured by :class:`OpenAICompatibleClientConfig` (the fields a YAML
+  model section shares: :class:`ModelClientOptions`); :data:`ANSWER_MODEL_INFO` is the default
+  ``model_info``;
+- :func:`streaming_create_args` — what a streamed call to any AutoGen client needs besides its
+  options (the usage chunk); :func:`add_usage` — two usages summed;
+- :class:`ReasoningSplitter` — a stream's pieces as (reasoning, content) pairs (``<think>`` tags
+  or :class:`ReasoningText`); :func:`strip_think_blocks`, :func:`think_text` — ``<think>`` blocks
+  in text a client sends back.
+"""
+
+from duet.agents.upstream._client import (
+    ANSWER_MODEL_INFO,
+    ModelClientOptions,
+    OpenAICompatibleClient,
+    OpenAICompatibleClientConfig,
+    UpstreamResult,
+    add_usage,
+    streaming_create_args,
+)
+from duet.agents._thinking import ReasoningSplitter, ReasoningText, strip_think_blocks, think_text
+
+__all__ = [
+    "ANSWER_MODEL_INFO",
+    "ModelClientOptions",
+    "OpenAICompatibleClient",
+    "OpenAICompatibleClientConfig",
+    "ReasoningSplitter",
+    "ReasoningText",
+    "UpstreamResult",
+    "add_usage",
+    "streaming_create_args",
+    "strip_think_blocks",
+    "think_text",
+]

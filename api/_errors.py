@@ -1,0 +1,201 @@
+"""Errors as OpenAI error bodies with the right status; never ``{"detail": ...}``, never 200.
+
+How upstream failures map (the same before the stream starts and in a mid-stream error event):
+
+=====================================  ======  =============================================
+upstream                               status  ``code`` (``type``)
+=====================================  ======  =============================================
+400 / 404 / 413 / 422                  400     the upstream's code, else ``upstream_invalid_request``
+429                                    429     the upstream's code, else ``rate_limit_exceeded``; ``Retry-After`` passed on
+401 / 403 (Duet's upstream key)        502     ``upstream_auth``
+other 4xx, 5xx, an error object        502     ``upstream_error`` (or the error object's code)
+garbage (HTML, not JSON, no answer)    502     ``upstream_protocol_error``
+connection broken off                  502     ``upstream_disconnected``
+cannot connect                         503     ``upstream_unavailable``
+silence past the read timeout          504     ``upstream_timeout``
+=====================================  ======  =============================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from duet.agents import (
+    ConversationError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    mask_secrets,
+    register_secrets,
+    upstream_error_from_openai,
+)
+
+from duet.api._wire import ErrorBody, ErrorDetail
+
+logger = logging.getLogger(__name__)
+
+
+class APIError(Exception):
+    """An error the client gets as ``{"error": {...}}`` with HTTP ``status`` (and ``headers``, such
+    as ``Retry-After``). Configured secrets are masked out of the message."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        message = mask_secrets(message)
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+        self.detail = ErrorDetail(message=message, type=type, param=param, code=code)
+
+    def body(self) -> dict[str, object]:
+        return ErrorBody(error=self.detail).model_dump()
+
+    def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
+        merged = {**self.headers, **(headers or {})} if self.headers else headers
+        return JSONResponse(self.body(), status_code=self.status, headers=merged)
+
+
+UPSTREAM_CLIENT_ERRORS = (400, 404, 413, 422)
+"""Upstream statuses that mean the request itself was refused (too long a context, ...): the client's 400."""
+
+
+def upstream_api_error(exc: UpstreamError) -> APIError:
+    """The status and body an upstream failure maps to (the table in this module's docstring)."""
+    status = exc.upstream_status
+    if isinstance(exc, UpstreamTimeout):
+        return APIError(504, exc.message, type="upstream_error", code="upstream_timeout")
+    if isinstance(exc, UpstreamUnreachable):
+        return APIError(503, exc.message, type="upstream_error", code="upstream_unavailable")
+    if isinstance(exc, UpstreamProtocolError):
+        return APIError(502, exc.message, type="upstream_error", code="upstream_protocol_error")
+    if isinstance(exc, UpstreamStatusError):
+        if status in UPSTREAM_CLIENT_ERRORS:
+            return APIError(400, exc.message, type=exc.error_type or "invalid_request_error", param=exc.param,
+                            code=exc.code or "upstream_invalid_request")
+        if status == 429:
+            headers = {"Retry-After": exc.retry_after} if exc.retry_after else None
+            return APIError(429, exc.message, type=exc.error_type or "rate_limit_error", code=exc.code or "rate_limit_exceeded",
+                            headers=headers)
+        if status in (401, 403):  # Duet's own upstream credentials: never a 401 that blames the client's key
+            return APIError(502, exc.message, type="upstream_error", code="upstream_auth")
+        return APIError(502, exc.message, type="upstream_error", code=exc.code if status is None and exc.code else "upstream_error")
+    return APIError(502, exc.message, type="upstream_error", code="upstream_disconnected")
+
+
+def as_api_error(exc: BaseException) -> APIError:
+    """The status and body a failure maps to."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ConversationError):
+        return APIError(400, str(exc), param=exc.param, code="invalid_message")
+    if isinstance(exc, UpstreamError):
+        return upstream_api_error(exc)
+    converted = upstream_error_from_openai(exc, None)  # AutoGen's OpenAIChatCompletionClient outside a Duet agent
+    if converted is not None:
+        return upstream_api_error(converted)
+    if isinstance(exc, asyncio.TimeoutError):
+        return APIError(504, "the duet did not finish in time", type="upstream_error", code="upstream_timeout")
+    if isinstance(exc, asyncio.CancelledError):
+        return APIError(499, "the request was cancelled", type="server_error", code="cancelled")
+    if isinstance(exc, ClientDisconnect):  # the client hung up while sending its request: nobody to answer
+        return APIError(499, "the client closed the connection", type="invalid_request_error", code="client_disconnected")
+    # Anything else is a bug: the details (a traceback, paths) go to the log, not to the client.
+    logger.error("unexpected error", exc_info=exc)
+    return APIError(500, f"internal error ({type(exc).__name__}); details are in the server log", type="server_error",
+                    code="internal_error")
+
+
+_masking_installed = False
+
+
+def install_secret_masking(api_keys: Iterable[str] = ()) -> None:
+    """Masks configured secrets (``api_keys``, and every upstream key and header value the model
+    clients registered) in every log record, whichever logger or handler it goes through."""
+    global _masking_installed
+    register_secrets(api_keys)
+    if _masking_installed:
+        return
+    _masking_installed = True
+    make_record = logging.getLogRecordFactory()
+    formatter = logging.Formatter()
+
+    def masked_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string is reported by the handler, as always
+            return record
+        masked = mask_secrets(message)
+        if masked is not message:
+            # Masked piece by piece first: some formatters read the arguments (uvicorn's access log does).
+            if isinstance(record.msg, str):
+                record.msg = mask_secrets(record.msg)
+            if isinstance(record.args, tuple):
+                record.args = tuple(mask_secrets(arg) if isinstance(arg, str) else arg for arg in record.args)
+            if record.getMessage() != masked:  # a secret inside an argument that is not a string
+                record.msg, record.args = masked, None
+        if record.exc_info and record.exc_info[1] is not None:  # the traceback text holds exception messages
+            record.exc_text = mask_secrets(formatter.formatException(record.exc_info))
+        return record
+
+    logging.setLogRecordFactory(masked_record)
+
+
+ErrorShape = Callable[[APIError, Optional[dict[str, str]]], Response]
+"""A protocol's error body for an :class:`APIError` (and extra headers): its ``error_response``."""
+
+
+def _openai_shape(error: APIError, headers: dict[str, str] | None) -> Response:
+    return error.response(headers=headers)
+
+
+def install_error_handlers(app: FastAPI, shapes: Mapping[str, ErrorShape] | None = None) -> None:
+    """Every error FastAPI or Starlette would render their own way (an unknown path, a method the
+    path does not take, a bug) gets the shape of the protocol whose path it is: ``shapes`` by path
+    prefix (``/v1/messages`` and every path under it: Anthropic's), else OpenAI's."""
+    prefixes = tuple((prefix, prefix + "/", shape) for prefix, shape in (shapes or {}).items())
+
+    def respond(request: Request, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+        path = path[len(root):] if root and path.startswith(root) else path  # the route's path, as the router matches it
+        for prefix, under, shape in prefixes:
+            if path == prefix or path.startswith(under):
+                return shape(error, headers)
+        return _openai_shape(error, headers)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> Response:
+        return respond(request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return respond(request, APIError(exc.status_code, str(exc.detail), code=code), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        param = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or None
+        return respond(request, APIError(400, str(first.get("msg")), param=param, code="invalid_request"))
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        return respond(request, as_api_error(exc))

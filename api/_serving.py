@@ -1,0 +1,389 @@
+"""The request flow every protocol shares: a request in, the duet's events out as a stream or one body.
+
+One flow, whatever the protocol: refusals that cost nothing (full, shutting down, not JSON, too
+large) → the bounded body read → the protocol's reader (validation: a 400 naming the param, before
+any model call) → the pipeline (404) → the run, with a disconnect watcher and a cancellation token →
+the protocol's stream writer (over :class:`~duet.api._sse.EventStreamResponse`) or its collected body.
+Gate, limits, disconnects, the shutdown drain and the write timeout live here and in
+:mod:`duet.api._sse`, once.
+
+A protocol is a :class:`WireProtocol`: a reader (body → :class:`RunRequest`), two writers over the
+:class:`~duet.api._rendering.Renderer`'s parts (the stream's bytes, the collected body) and its error
+shapes (an :class:`~duet.api._errors.APIError` as an HTTP response before the stream, as one event after
+it starts; its keep-alive bytes). Chat Completions is :mod:`duet.api.chat._service`; the Responses API
+:mod:`duet.api.responses`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Generic, Iterable, Mapping, Protocol, TypeVar
+
+from autogen_core import CancellationToken
+from autogen_core.models import LLMMessage
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, Finished, ReasoningOutput, RunToken, random_id
+from duet.agents.continuations import DEFAULT_OWNER
+from duet.workbenches import ProxyTool
+
+from duet.api._errors import APIError, as_api_error
+from duet.api._limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
+from duet.api.observability import current_observation
+from duet.api._wire import Model, ModelList
+from duet.api._rendering import Renderer, ResponseWriter
+from duet.api._settings import ServiceOptions
+from duet.api._sse import PING, CLIENT_GONE, EventStreamResponse, TimedWriteResponse, cancel_and_wait, watch_disconnect
+from duet.api._validation import LARGE_BODY_BYTES, load_body
+
+
+@dataclass(slots=True, eq=False)
+class RunRequest:
+    """A request as the flow runs it, whatever protocol it came in: which pipeline, streamed or
+    not, the conversation, the client's tools and the answer model's options. ``wire`` is the
+    protocol's own parsed request, for its writers."""
+
+    model: str
+    stream: bool
+    conversation: list[LLMMessage]
+    tools: list[ProxyTool]
+    options: AnswerOptions
+    user: str | None = None
+    legacy: bool = False  # a Chat Completions ``functions`` client: one ``function_call``, finish reason ``function_call``
+    wire: Any = None
+    state: dict[str, Any] = field(default_factory=dict)  # what the protocol keeps between reading and writing
+    unsaved: list[str] = field(default_factory=list)
+    """What the response should have kept in the store and could not (the store was down): named in
+    the :data:`UNSAVED_HEADER` of a collected response."""
+
+
+UNSAVED_HEADER = "duet-unsaved"
+"""A collected response's header naming what could not be kept while the store was down, comma-separated:
+``response`` (a Responses API response: its body says ``store: false``), ``tool_round`` (the hidden
+part of its client tool round: the follow-up goes on without it)."""
+
+
+class StreamWriter(ResponseWriter, Protocol):
+    """A protocol's streamed response: the parts as framed bytes, handed over by :meth:`take`."""
+
+    def take(self) -> bytes:
+        """What was written since the last call (``b""`` if nothing)."""
+
+
+class CollectedWriter(ResponseWriter, Protocol):
+    """A protocol's collected response: :meth:`result` is the body the parts make, or the error that ended the run."""
+
+    def result(self) -> BaseModel | APIError: ...
+
+
+class Parsed(Protocol):
+    """What a protocol's reader makes of a body: at least the pipeline it asks for."""
+
+    @property
+    def model(self) -> str: ...
+
+
+P = TypeVar("P", bound=Parsed)
+
+
+class WireProtocol(Generic[P]):
+    """One API protocol on the shared flow. Subclasses implement :meth:`parse`, :meth:`prepare`,
+    :meth:`stream_writer` and :meth:`fold`; the error shapes default to OpenAI's."""
+
+    id_prefix: str  # of the ids of its responses ("chatcmpl-", "resp_")
+    keep_alive = PING
+    """Bytes written to a stream that was quiet for ``ping_interval``."""
+
+    def parse(self, raw: bytes, options: ServiceOptions) -> P:
+        """The body, validated: everything that can be refused without a model is refused here (400)."""
+        raise NotImplementedError
+
+    async def prepare(self, parsed: P, duet: Duet, owner: str) -> RunRequest:
+        """The run the parsed request asks of ``duet`` (400s that need the pipeline's tools: here);
+        ``owner``: whose stored state it may read (its API key's)."""
+        raise NotImplementedError
+
+    def stream_writer(self, request: RunRequest, response_id: str) -> StreamWriter:
+        raise NotImplementedError
+
+    def fold(self, request: RunRequest, response_id: str) -> CollectedWriter:
+        raise NotImplementedError
+
+    async def completed(self, request: RunRequest, writer: ResponseWriter) -> None:
+        """Called once the run's last event is rendered, before the stream's last bytes or the
+        collected body are written (the Responses API stores the response here). Bounded by the caller's store timeout."""
+
+    def reasoning_output(self, configured: ReasoningOutput) -> ReasoningOutput:
+        """How this protocol shows reasoning, given the pipeline's ``reasoning_output``: as configured,
+        unless the protocol has a place of its own for reasoning."""
+        return configured
+
+    def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        """An error before the stream began (or instead of a body): the HTTP status and this protocol's body."""
+        return error.response(headers=headers)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated_body(raw: bytes, model: type[M], limits: Iterable[tuple[str, int]]) -> tuple[M, dict[str, Any]]:
+    """A protocol's request: the body parsed (strict JSON, bounded depth), each list named in ``limits``
+    counted before any model is built (a body of 200,000 messages is refused, not converted), then
+    validated by ``model``. Every refusal is a 400 naming the param; the body as parsed comes back too
+    (tool schemas are passed on from it untouched: a pydantic dump would drop ``null`` values)."""
+    body = load_body(raw)
+    for name, limit in limits:
+        items = body.get(name)
+        if isinstance(items, list) and len(items) > limit:
+            raise APIError(400, f"{name}: at most {limit} are allowed, got {len(items)}", param=name, code="too_many_items")
+    try:
+        return model.model_validate(body), body
+    except ValidationError as exc:
+        raise invalid_request(exc, body) from None
+
+
+def invalid_request(exc: ValidationError, body: Any) -> APIError:
+    """A request model's validation error as a 400 naming the first param at fault."""
+    errors = exc.errors(include_url=False, include_input=False)
+    param = param_of(errors[0], body)
+    # A union (``stop``: a string or a list) reports one error per alternative: say them all.
+    reasons = list(dict.fromkeys(e["msg"] for e in errors if param_of(e, body) == param))
+    message = " or ".join(reasons)
+    return APIError(400, f"{param}: {message}" if param else message, param=param, code="invalid_request")
+
+
+def param_of(error: Any, body: Any) -> str | None:
+    """The error's place in the body (``tools.0.function.name``), without the names pydantic adds
+    for the alternatives of a union (``stop.list[str]``), which are not in the body."""
+    parts: list[str] = []
+    value = body
+    loc = error["loc"]
+    for index, part in enumerate(loc):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        elif not (error["type"] == "missing" and index == len(loc) - 1):
+            continue
+        parts.append(str(part))
+    return ".".join(parts)[:200] or None
+
+
+REQUEST_OUT_WAIT = 0.05
+"""Seconds at most that making a response waits for its run's first model request to go out (a run
+whose first step is not a model call, or a slow connection, gets its response made after this)."""
+
+
+class Service:
+    """Serves the pipelines by name, in every protocol. Knows HTTP; knows nothing of model clients.
+    A request's ``owner`` (:meth:`~duet.api._auth.BearerAuth.owner_of`) is whose stored state its run reads and writes."""
+
+    def __init__(self, pipelines: Mapping[str, Duet], options: ServiceOptions | None = None, gate: RequestGate | None = None) -> None:
+        self.pipelines = dict(pipelines)
+        self.options = options or ServiceOptions()
+        self.gate = gate or RequestGate(self.options)
+        self.ping_interval = self.options.ping_interval
+        self.created = int(time.time())
+        self.in_flight = 0
+
+    def model_list(self) -> ModelList:
+        return ModelList(data=[Model(id=name, created=self.created) for name in self.pipelines])
+
+    def pipeline(self, name: str) -> Duet:
+        """The pipeline served as ``name`` (or that ``model_aliases`` maps it to); 404 naming those served otherwise."""
+        duet = self.pipelines.get(name)
+        if duet is None and (aliased := self.options.aliased(name)) is not None:  # model_aliases: a name a client insists on
+            duet = self.pipelines.get(aliased)
+        if duet is None:
+            raise APIError(404, f"The model '{name}' does not exist; this server serves: {', '.join(self.pipelines)}",
+                           param="model", code="model_not_found")
+        return duet
+
+    async def create(self, request: Request, protocol: WireProtocol[Any], owner: str = DEFAULT_OWNER) -> Response:
+        # Refusals that cost nothing come first: full, shutting down, not JSON, too large.
+        gate = self.gate
+        refusal = gate.refusal(self.in_flight + gate.starting)
+        if refusal is not None:
+            return protocol.error_response(refusal, headers={"retry-after": RETRY_AFTER_SECONDS})
+        if not is_json(request.headers.get("content-type")):
+            # Also what keeps a web page from posting here cross-site: browsers send JSON only after a CORS preflight.
+            raise APIError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
+                           param="Content-Type", code="unsupported_media_type")
+        # Held against the gate's byte budget until parsed. A refusal here leaves the rest of the body
+        # unread: the server skips it, for at most body_timeout (api/server/_server.py).
+        async with gate.body(request) as raw:
+            if len(raw) > LARGE_BODY_BYTES:  # parsed in a worker thread: the event loop goes on serving others
+                parsed = await asyncio.to_thread(protocol.parse, raw, self.options)
+            else:
+                parsed = protocol.parse(raw, self.options)
+        # Reading a body is not running a completion; from here on the request counts toward the cap.
+        refusal = gate.refusal(self.in_flight + gate.starting)
+        if refusal is not None:
+            return protocol.error_response(refusal, headers={"retry-after": RETRY_AFTER_SECONDS})
+        gate.starting += 1
+        try:
+            duet = self.pipeline(parsed.model)
+            observation = current_observation()  # the run reports to it; the request's log line names the pipeline
+            if observation is not None:
+                observation.pipeline = duet.name
+            run_request = await protocol.prepare(parsed, duet, owner)
+            if observation is not None:
+                observation.stream = run_request.stream
+            # The disconnect watcher is live before the run exists, and cancels the run's token itself
+            # as the server reads the hang-up; a hang-up the server has not read yet is found by the
+            # token's question (the model clients ask it as each request goes out): a client that
+            # leaves before a model call starts never costs one.
+            token = RunToken(caller_gone=request.scope.get(CLIENT_GONE))
+            disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
+            response_id = f"{protocol.id_prefix}{random_id()}"
+            try:
+                run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
+                                 request_id=response_id, user=run_request.user, cancellation_token=token,
+                                 observer=observation, owner=owner)
+            except BaseException:
+                disconnected.cancel()
+                raise
+            # The watcher looks, and the run takes its first steps until its first model request is
+            # written: the response is made after, while the model works, not on the request's way out.
+            try:
+                await run.request_out(REQUEST_OUT_WAIT)
+            except BaseException:  # the request's task is cancelled (a forced shutdown): stop the run too
+                disconnected.cancel()
+                await run.close()
+                raise
+            if disconnected.done():
+                await run.close()
+                return Response(status_code=499)
+            if run_request.stream:
+                writer = protocol.stream_writer(run_request, response_id)
+                renderer = Renderer(writer, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
+                source = _EventSource(self, run, protocol, run_request, renderer, writer, first_wait=self.ping_interval)
+                return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
+                                           disconnected=disconnected, stopped=gate.stopped)
+            source = _EventSource(self, run, protocol, run_request)
+        finally:
+            gate.starting -= 1
+        return await self._collected(protocol, run_request, duet, source, response_id, disconnected, token)
+
+    async def _collected(
+        self,
+        protocol: WireProtocol[Any],
+        run_request: RunRequest,
+        duet: Duet,
+        source: "_EventSource",
+        response_id: str,
+        disconnected: asyncio.Future[None],
+        token: CancellationToken,
+    ) -> Response:
+        collector = asyncio.ensure_future(source.collect())
+        stopped = self.gate.stopped
+        try:
+            await asyncio.wait({collector, disconnected, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            client_left = disconnected.done()
+        finally:
+            disconnected.cancel()
+            try:
+                if not collector.done():  # the client hung up or the server stops: stop the models
+                    token.cancel()
+                    await cancel_and_wait(collector)
+            finally:
+                await source.close()
+        if collector.cancelled():
+            if client_left:
+                return Response(status_code=499)
+            return protocol.error_response(shutting_down(), headers={"connection": "close"})
+        fold = protocol.fold(run_request, response_id)
+        renderer = Renderer(fold, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
+        renderer.start()
+        events = collector.result()
+        for event in events:
+            renderer.render(event)
+        if events and isinstance(events[-1], Finished) and events[-1].hidden_part_lost:
+            run_request.unsaved.append("tool_round")
+        await protocol.completed(run_request, fold)
+        result = fold.result()
+        if isinstance(result, APIError):
+            return protocol.error_response(result)
+        headers = {UNSAVED_HEADER: ", ".join(run_request.unsaved)} if run_request.unsaved else None
+        return TimedWriteResponse(JSONResponse(result.model_dump(mode="json"), headers=headers), self.options.write_timeout)
+
+
+class _EventSource:
+    """One request's run as an :class:`~duet.api._sse.EventSource`. Closed exactly once however the
+    response ends (finished, failed, client gone, never started), which stops the duet's model
+    calls if they still run."""
+
+    def __init__(
+        self,
+        service: Service,
+        run: DuetStream,
+        protocol: WireProtocol[Any],
+        request: RunRequest,
+        renderer: Renderer | None = None,
+        writer: StreamWriter | None = None,
+        first_wait: float = 5.0,
+    ) -> None:
+        """``renderer`` (writing to ``writer``) and ``first_wait`` serve a streamed response; a collected one needs none."""
+        self._service = service
+        self._run = run
+        self._protocol = protocol
+        self._request = request
+        self._renderer = renderer
+        self._writer = writer
+        self.first_wait = first_wait
+        self.keep_alive = protocol.keep_alive
+        self._first: list[DuetEvent] = []
+        self._closed = False
+        service.in_flight += 1
+
+    async def start(self) -> Response | None:
+        # Hold the status line back until the duet's first event, so failures that come fast (a
+        # bad upstream key, an unreachable server) get a real HTTP status. A slow start is
+        # committed after one ping interval: the client then sees keep-alives, not nothing.
+        self._first = await self._run.next_batch(timeout=self.first_wait)
+        if self._first and isinstance(self._first[0], Failed):
+            return self._protocol.error_response(as_api_error(self._first[0].error))
+        return None
+
+    def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        return self._protocol.error_response(error, headers=headers)
+
+    def error_event(self, error: APIError) -> bytes:
+        """The stream's end with one error event (the server stops): what the writer still held, then the event."""
+        assert self._writer is not None
+        self._writer.error(error)
+        return self._writer.take()
+
+    async def collect(self) -> list[DuetEvent]:
+        return [event async for event in self._run]
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        assert self._renderer is not None and self._writer is not None
+        render, take = self._renderer.render, self._writer.take
+        self._renderer.start()
+        for event in self._first:
+            render(event)
+        # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.
+        self._first = []
+        event = None
+        if self._run.ended:
+            await self._protocol.completed(self._request, self._writer)
+        yield take()
+        while not self._run.ended:
+            for event in await self._run.next_batch():
+                render(event)
+            event = None
+            if self._run.ended:
+                await self._protocol.completed(self._request, self._writer)
+            yield take()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._service.in_flight -= 1
+        await self._run.close()

@@ -1,0 +1,375 @@
+"""A streaming response that notices at once when the client goes away, keeps quiet connections
+alive, and can still answer with a proper error status if the stream fails before it starts.
+
+Starlette's ``StreamingResponse`` on ASGI 2.4 servers learns of a disconnect only when a write
+fails, which during a long silent stretch (a model still thinking) can be minutes later. Here a
+watcher waits for ``http.disconnect`` and cancels the writer, whose source then cancels the duet's
+model calls. A heartbeat writes the protocol's keep-alive (OpenAI's ``: ping``) when nothing was sent for ``ping_interval``, and stops a
+stream whose client has not taken a write for ``write_timeout`` (a client that stopped reading):
+the source is closed as for a hang-up, so the duet's model calls stop too. When the server's drain
+time is over (``stopped``), the stream ends with one error event (or, before its first byte, a 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextvars import ContextVar
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from duet.api._errors import APIError
+from duet.api._limits import shutting_down
+
+PING = b": ping\n\n"
+"""An SSE comment: what a quiet stream is sent to keep it alive (every protocol but Messages, which names its pings)."""
+
+logger = logging.getLogger(__name__)
+
+_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # tell nginx-style proxies not to buffer the stream
+]
+
+SHUTDOWN_WRITE_TIMEOUT = 1.0  # seconds the last error event may take to write when the server stops
+WRITE_PIECE = 64 * 1024  # a collected body is written in pieces of this size (the transport's high-water mark)
+
+
+class EventSource(Protocol):
+    """What an :class:`EventStreamResponse` streams, in its protocol's framing."""
+
+    keep_alive: bytes
+    """Written when the stream was quiet for ``ping_interval``."""
+
+    async def start(self) -> Response | None:
+        """Waits for the stream to begin. Returns a response to send *instead* (an error that
+        happened before the first byte), or ``None`` to stream :meth:`chunks`."""
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Framed SSE bytes."""
+
+    def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
+        """``error`` as the protocol's HTTP error response (the stream has not begun)."""
+
+    def error_event(self, error: APIError) -> bytes:
+        """The stream's last bytes: ``error`` as the protocol's error event."""
+
+    async def close(self) -> None:
+        """Called exactly once, however the response ends."""
+
+
+_abandoned = ContextVar("duet_abandoned_response", default=False)
+
+ABORT_CONNECTION = "duet.abort_connection"
+"""Scope key of a callable that drops the connection and whatever is still buffered for it (set by
+the edge server, :mod:`duet.api.server._server`): closing it would wait for a client that reads nothing."""
+
+
+HOLD_WRITES = "duet.hold_writes"
+"""Scope key of a callable that, given True, makes the response hold back what it writes until it
+is given False (set by the edge server, :mod:`duet.api.server._server`): the status line and the first
+events go out as one write and one packet, which the client reads at once, instead of two it wakes
+for one after the other. Hold only across writes that follow one another at once."""
+
+
+WATCH_DISCONNECT = "duet.watch_disconnect"
+"""Scope key of a callable that, given a future and a callback (or ``None``), calls the callback and
+then sets the future's result when the client has gone or the response is complete (set by the edge
+server, :mod:`duet.api.server._server`): a disconnect watcher that costs no task, and no coroutines waiting
+in ``receive``, for as long as the response lasts. The callback runs in the same step as the server
+learns of the hang-up, before any other task does."""
+
+CLIENT_GONE = "duet.client_gone"
+"""Scope key of a callable that tells whether the client has closed or reset its connection, asking
+the kernel at once (set by the edge server, :mod:`duet.api.server._server`): a hang-up that has arrived is
+seen before the event loop gets round to reading it, which on a busy server is a while."""
+
+
+class QuietAbandonedResponses(logging.Filter):
+    """For ``uvicorn.error`` (installed by :func:`duet.api.server._process.configure_process`): a response
+    given up after ``write_timeout`` ends without completing (the client reads nothing, so no end
+    can be written), which uvicorn reports at ERROR. Duet has already logged a warning for it; the
+    filter runs in the request's own task, where ``_abandoned`` is set."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_abandoned.get() and record.msg == "ASGI callable returned without completing response.")
+
+
+def abandon_response(scope: Scope) -> None:
+    """Gives up a response its client does not take: drops the connection (with what is buffered
+    for it) and keeps uvicorn quiet about the response left incomplete. Call it in the request's task."""
+    _abandoned.set(True)
+    abort = scope.get(ABORT_CONNECTION)
+    if abort is not None:
+        abort()
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[object]) -> None:
+    """Cancels ``tasks`` and waits for them to end, ignoring how they end. A cancellation of the
+    calling task itself (the server ending every request) is passed on, not swallowed with theirs."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        try:
+            await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+        except Exception:  # noqa: BLE001 - an error of the task was reported where it mattered
+            pass
+
+
+async def write_with_timeout(scope: Scope, send: Send, response: Response, write_timeout: float) -> None:
+    """Sends ``response`` (a complete body, such as a ``JSONResponse``) in pieces, each of which the
+    client must take within ``write_timeout``; a client that stops reading loses its connection
+    (uvicorn buffers a body without bound and waits for it without a timeout). A body of one piece,
+    the usual case, costs no more sends than before."""
+    body = response.body
+    last = (len(body) - 1) // WRITE_PIECE * WRITE_PIECE if body else 0  # where the final piece begins
+    try:
+        async with asyncio.timeout(write_timeout):
+            await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+        for start in range(0, last, WRITE_PIECE):
+            async with asyncio.timeout(write_timeout):  # uvicorn waits for its buffer to drain before each send
+                await send({"type": "http.response.body", "body": body[start : start + WRITE_PIECE], "more_body": True})
+        async with asyncio.timeout(write_timeout):
+            await send({"type": "http.response.body", "body": body[last:], "more_body": False})
+    except TimeoutError:
+        logger.warning("stopped a response: its client took no data for %gs (write_timeout)", write_timeout)
+        abandon_response(scope)
+
+
+class TimedWriteResponse(Response):
+    """A complete response (``wrapped``) written with :func:`write_with_timeout`."""
+
+    def __init__(self, wrapped: Response, write_timeout: float) -> None:
+        self._wrapped = wrapped
+        self._write_timeout = write_timeout
+        self.status_code = wrapped.status_code
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await write_with_timeout(scope, send, self._wrapped, self._write_timeout)
+
+
+async def wait_first(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Returns when one of ``futures`` is done: ``asyncio.wait(futures, return_when=FIRST_COMPLETED)``
+    without the second coroutine and the three sets it keeps for as long as it waits (a stream's
+    whole life)."""
+    first = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not first.done():
+            first.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    try:
+        await first
+    finally:
+        for future in futures:
+            future.remove_done_callback(wake)  # the server's stop signal outlives the stream
+
+
+def watch_disconnect(scope: Scope, receive: Receive, then: Callable[[], object] | None = None) -> asyncio.Future[None]:
+    """A future done when the client has gone (or the response is complete); ``then`` is called
+    first, so whoever wakes for the future finds what it cancels cancelled (with the edge server's
+    hook, at once: in the step in which the server learns of the hang-up). Cancel the future to stop
+    watching. The edge server's hook (:data:`WATCH_DISCONNECT`) when there is one; on any other
+    ASGI server, a task reading ``receive`` (:func:`wait_for_disconnect`)."""
+    watch = scope.get(WATCH_DISCONNECT)
+    if watch is None:
+        return asyncio.ensure_future(wait_for_disconnect(receive, then))
+    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    watch(gone, then)  # ``then`` is called as the server learns of the hang-up, not a turn of the loop later
+    return gone
+
+
+async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | None = None) -> None:
+    """Returns when the client has gone (or the response is complete); calls ``then`` at once,
+    in the same step, so what it cancels is cancelled without another turn of the loop."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    if then is not None:
+        then()
+
+
+class EventStreamResponse(Response):
+    """Streams an :class:`EventSource` as ``text/event-stream``.
+
+    The endpoint returns this at once; the status line is sent with the source's first chunk, made
+    from its first events (held back until then, so a run that fails at once gets a real status)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        source: EventSource,
+        *,
+        ping_interval: float,
+        write_timeout: float = 30.0,
+        disconnected: asyncio.Future[None] | None = None,
+        stopped: asyncio.Future[None] | None = None,
+    ) -> None:
+        """``disconnected``: a :func:`watch_disconnect` future already watching (started before the
+        run, so a client gone early never costs a model call); ``stopped``: done when the server
+        ends every running request."""
+        self.status_code = 200
+        self.background = None
+        self._source = source
+        self._ping_interval = ping_interval
+        self._write_timeout = write_timeout
+        self._disconnected = disconnected
+        self._stopped = stopped
+        self._last_write = 0.0  # when the last write (or ping) began; what the heartbeat measures from
+        self._started = False  # the status line went out
+        self._writing = False  # a write waits for the client to take it
+        self._finished = False
+        self._answering_instead = False
+        self.write_timed_out = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        writer = asyncio.create_task(self._run(scope, receive, send))
+        watcher = self._disconnected or watch_disconnect(scope, receive)
+        waits = (writer, watcher) if self._stopped is None else (writer, watcher, self._stopped)  # a tuple: no set for the stream's life
+        try:
+            await wait_first(waits)
+            if self.write_timed_out:
+                abandon_response(scope)  # in the request's own task, where uvicorn logs
+            if writer.done():
+                # Cancelled: a write timeout and a second cancellation at once; nothing to report.
+                if not writer.cancelled() and writer.exception() is not None:
+                    raise writer.exception()  # type: ignore[misc]
+            elif not watcher.done():  # the server stops: end the stream properly
+                await self._end_for_shutdown(writer, scope, receive, send)
+        finally:
+            try:
+                await cancel_and_wait(writer, watcher)  # an error of the writer was raised above already
+            finally:
+                await self._source.close()
+
+    async def _end_for_shutdown(self, writer: asyncio.Task[None], scope: Scope, receive: Receive, send: Send) -> None:
+        """One error event and the end of the stream; before the status line, a 503 instead."""
+        try:
+            if self._answering_instead:  # an error response is already being written: let it finish
+                await asyncio.wait_for(asyncio.shield(writer), SHUTDOWN_WRITE_TIMEOUT)
+                return
+            await cancel_and_wait(writer)
+            error = shutting_down()
+            async with asyncio.timeout(SHUTDOWN_WRITE_TIMEOUT):  # a client that stopped reading gets no more time
+                if not self._started:
+                    await self._source.error_response(error, headers={"connection": "close"})(scope, receive, send)
+                else:
+                    await send({"type": "http.response.body", "body": self._source.error_event(error), "more_body": False})
+        except TimeoutError:
+            abandon_response(scope)
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+        instead = await self._source.start()
+        if instead is not None:
+            self._answering_instead = True
+            await instead(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        chunks = self._source.chunks()
+        # The first chunk is made before anything is written, so that the status line and it leave
+        # together: held (HOLD_WRITES) only across those two writes, not while a chunk is made.
+        first = await anext(chunks, b"")
+        hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES) if first else None
+        self._last_write = loop.time()
+        heartbeat = _Heartbeat(self, send, asyncio.current_task(), self._source.keep_alive)  # type: ignore[arg-type]
+        try:
+            self._writing = True  # the heartbeat watches these writes too: a kept-alive client may not read
+            if hold_writes is not None:
+                hold_writes(True)
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+                self._started = True
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                    first = b""  # written: not kept while the next is awaited
+            finally:
+                if hold_writes is not None:
+                    hold_writes(False)
+            self._writing = False
+            async for chunk in chunks:
+                if chunk:
+                    # The heartbeat watches the write: it cancels this task if the client does not take it in time.
+                    self._last_write = loop.time()
+                    self._writing = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    self._writing = False
+                    chunk = b""  # written: not kept while the next is awaited
+            self._finished = True
+            self._last_write = loop.time()
+            self._writing = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self._writing = False
+        except asyncio.CancelledError:
+            if not self.write_timed_out or asyncio.current_task().uncancel():  # type: ignore[union-attr]
+                raise  # a hang-up, or the server shutting down
+            logger.warning("stopped a stream: its client took no data for %gs (write_timeout)", self._write_timeout)
+        finally:
+            heartbeat.cancel()
+
+
+class _Heartbeat:
+    """Pings a quiet stream; cancels ``writer`` once a write has waited ``write_timeout`` for the
+    client. A timer of the event loop, not a task: a stream that is writing costs no task and no
+    coroutine for it; a task lives only while a ping is being written. :meth:`cancel` stops it."""
+
+    __slots__ = ("_response", "_send", "_writer", "_keep_alive", "_loop", "_timer", "_ping")
+
+    def __init__(self, response: EventStreamResponse, send: Send, writer: asyncio.Task[None], keep_alive: bytes) -> None:
+        self._response = response
+        self._send = send
+        self._writer = writer
+        self._keep_alive = keep_alive
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._ping: asyncio.Task[None] | None = None
+        self._check()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._ping is not None:
+            self._ping.cancel()
+
+    def _check(self) -> None:
+        response = self._response
+        self._timer = None
+        since = self._loop.time() - response._last_write
+        if response._writing:
+            if since >= response._write_timeout:
+                self._time_out()
+                return
+            wait = response._write_timeout - since
+        elif since >= response._ping_interval:
+            if response._finished:
+                return
+            response._last_write = self._loop.time()
+            self._ping = self._loop.create_task(self._write_ping())
+            return
+        else:
+            # Also awake by the time a write that begins now may have waited too long.
+            wait = min(response._ping_interval - since, response._write_timeout)
+        self._timer = self._loop.call_later(wait, self._check)
+
+    async def _write_ping(self) -> None:
+        try:
+            async with asyncio.timeout(self._response._write_timeout):
+                await self._send({"type": "http.response.body", "body": self._keep_alive, "more_body": True})
+        except TimeoutError:
+            self._time_out()
+            return
+        finally:
+            self._ping = None
+        self._check()
+
+    def _time_out(self) -> None:
+        self._response.write_timed_out = True
+        self._writer.cancel()

@@ -1,0 +1,158 @@
+"""The workbench a duet's two agents share."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncGenerator, Mapping, Sequence
+
+from autogen_core import CancellationToken, Component, ComponentModel
+from autogen_core.tools import BaseTool, StaticStreamWorkbench, TextResultContent, ToolResult, ToolSchema
+from pydantic import BaseModel
+from typing_extensions import Self
+
+from duet.workbenches._context import RequestContext
+from duet.workbenches._functions import PythonFunctionTool
+from duet.workbenches._proxy_tool import ProxyTool
+
+logger = logging.getLogger(__name__)
+
+
+class DuetWorkbenchConfig(BaseModel):
+    tools: list[ComponentModel] = []
+
+
+class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # type: ignore[misc]
+    """A ``StaticStreamWorkbench`` that also knows which of its tools belong to the client.
+
+    Client tools (:class:`ProxyTool`) are listed to the model like any other tool; the answer
+    agent asks :meth:`client_tool` to decide whether a call goes back to the client or runs here.
+    A client tool shadows a service tool of the same name (the client asked for its own tool).
+
+    A request's workbench (:meth:`for_request`) holds the request and hands it to each Python
+    function tool it calls (its ``_context`` parameter); any other workbench's tools get an empty
+    :class:`RequestContext`.
+
+    >>> wb = DuetWorkbench([ProxyTool("lookup", parameters={"type": "object"})])
+    >>> wb.client_tool("lookup").client_name
+    'lookup'
+    """
+
+    component_provider_override = "duet.workbenches.DuetWorkbench"
+    component_config_schema = DuetWorkbenchConfig  # type: ignore[assignment]
+
+    def __init__(self, tools: Sequence[BaseTool[Any, Any]], *, request: RequestContext | None = None) -> None:
+        # One look at each tool: a request's workbench holds every client tool (a hundred, for some
+        # clients), and isinstance against a tool class (a runtime-checkable protocol) runs Python code.
+        client_tools: list[ProxyTool] = []
+        service_tools: list[BaseTool[Any, Any]] = []
+        for tool in tools:
+            (client_tools if _is_client_tool(tool) else service_tools).append(tool)  # type: ignore[arg-type]
+        kept = list(tools)
+        client_names: set[str] = set()
+        shadowed: list[BaseTool[Any, Any]] = []
+        if service_tools and client_tools:  # a request's common case has one kind or none: nothing to shadow
+            client_names = {tool.name for tool in client_tools}
+            shadowed = [tool for tool in service_tools if tool.name in client_names]
+        if shadowed:
+            for tool in shadowed:
+                logger.warning("client tool '%s' shadows the service tool of the same name", tool.name)
+            service_tools = [tool for tool in service_tools if tool.name not in client_names]
+            kept = [tool for tool in kept if all(tool is not other for other in shadowed)]
+        super().__init__(tools=kept)
+        self._service_tools = service_tools
+        self._client_tools = {tool.name: tool for tool in client_tools}
+        # Models sometimes call a tool by the client's original name instead of its alias.
+        for tool in client_tools:
+            self._client_tools.setdefault(tool.client_name, tool)
+        self._request = request
+        self._takes_request = (
+            {tool.name: tool for tool in service_tools if isinstance(tool, PythonFunctionTool) and tool.takes_request}
+            if request and service_tools else {}
+        )
+
+    @classmethod
+    def for_request(
+        cls, service_tools: Sequence[BaseTool[Any, Any]], client_tools: Sequence[ProxyTool], *, request: RequestContext | None = None
+    ) -> "DuetWorkbench":
+        """One request's workbench: the client's tools first, then the service's own; ``request`` is
+        what its service tools are told about the request."""
+        return cls([*client_tools, *service_tools], request=request)
+
+    @property
+    def request(self) -> RequestContext | None:
+        """The request this workbench serves (``None`` outside a request)."""
+        return self._request
+
+    @property
+    def tools(self) -> Sequence[BaseTool[Any, Any]]:
+        return self._tools
+
+    @property
+    def service_tools(self) -> list[BaseTool[Any, Any]]:
+        return list(self._service_tools)
+
+    async def list_tools(self) -> list[ToolSchema]:
+        # StaticWorkbench's, without its per-tool look for overrides (this workbench has none).
+        return [tool.schema for tool in self._tools]
+
+    def client_tool(self, name: str) -> ProxyTool | None:
+        """The client tool the model calls ``name`` (its alias or the client's own name), if it is one."""
+        return self._client_tools.get(name)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        cancellation_token: CancellationToken | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        tool = self._takes_request.get(name)
+        if tool is None:
+            return await super().call_tool(name, arguments, cancellation_token, call_id)
+        return await self._call_with_request(tool, arguments, cancellation_token, call_id)
+
+    async def call_tool_stream(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        cancellation_token: CancellationToken | None = None,
+        call_id: str | None = None,
+    ) -> AsyncGenerator[Any | ToolResult, None]:
+        tool = self._takes_request.get(name)
+        if tool is None:
+            async for item in super().call_tool_stream(name, arguments, cancellation_token, call_id):
+                yield item
+            return
+        yield await self._call_with_request(tool, arguments, cancellation_token, call_id)
+
+    async def _call_with_request(
+        self,
+        tool: PythonFunctionTool,
+        arguments: Mapping[str, Any] | None,
+        cancellation_token: CancellationToken | None,
+        call_id: str | None,
+    ) -> ToolResult:
+        """Calls ``tool`` with this workbench's request, as ``StaticWorkbench.call_tool`` calls any
+        tool: cancellable by the token, a raised error as an error result."""
+        # A copy of autogen-core 0.7.5's StaticWorkbench.call_tool (and of the non-stream branch of
+        # StaticStreamWorkbench.call_tool_stream), pinned in pyproject.toml: re-check it on upgrade.
+        token = cancellation_token or CancellationToken()
+        try:
+            future = asyncio.ensure_future(tool.run_json(arguments or {}, token, call_id, request=self._request))
+            token.link_future(future)
+            text, is_error = tool.return_value_as_string(await future), False
+        except Exception as exc:
+            text, is_error = self._format_errors(exc), True
+        return ToolResult(name=tool.name, result=[TextResultContent(content=text)], is_error=is_error)
+
+    def _to_config(self) -> DuetWorkbenchConfig:  # type: ignore[override]
+        return DuetWorkbenchConfig(tools=[tool.dump_component() for tool in self._tools])
+
+    @classmethod
+    def _from_config(cls, config: DuetWorkbenchConfig) -> Self:  # type: ignore[override]
+        return cls([BaseTool.load_component(tool) for tool in config.tools])
+
+
+def _is_client_tool(tool: BaseTool[Any, Any]) -> bool:
+    return tool.__class__ is ProxyTool or isinstance(tool, ProxyTool)  # the class first: see DuetWorkbench.__init__
