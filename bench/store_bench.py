@@ -110,8 +110,9 @@ async def run(sizes: list[int], count: int, kinds: list[str]) -> list[dict[str, 
     print(f"{'store':8} {'rows':>8}   {'put mean':>9} {'p50':>7} {'max':>7}   {'get mean':>9} {'p50':>7} {'max':>7}   (ms)")
 
     def report(kind: str, rows: int, puts: list[float], gets: list[float]) -> None:
-        figures.append({"store": kind, "rows": rows, "put_ms": {"mean": statistics.fmean(puts), "p50": statistics.median(puts), "max": max(puts)},
-                        "get_ms": {"mean": statistics.fmean(gets), "p50": statistics.median(gets), "max": max(gets)}})
+        figures.append({"store": kind, "rows": rows,
+                        **{f"{name}_ms": {"mean": statistics.fmean(costs), "p50": statistics.median(costs), "max": max(costs)}
+                           for name, costs in (("put", puts), ("get", gets))}})
         print(f"{kind:8} {rows:>8}   {statistics.fmean(puts):9.3f} {statistics.median(puts):7.3f} {max(puts):7.2f}"
               f"   {statistics.fmean(gets):9.3f} {statistics.median(gets):7.3f} {max(gets):7.2f}", flush=True)
 
