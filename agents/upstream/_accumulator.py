@@ -252,7 +252,7 @@ class StreamAccumulator:
         completion, choice = self._completion_choice(raw)
         message = choice.get("message") or {}
         reasoning_field: ReasoningField | None = next(
-            (field for field in ("reasoning_content", "reasoning") if message.get(field)), None  # type: ignore[misc]
+            (field for field in ("reasoning_content", "reasoning") if message.get(field)), None
         )
         reasoning = message.get(reasoning_field) if reasoning_field else ""
         details = message.get("reasoning_details")

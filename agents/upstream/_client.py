@@ -36,7 +36,7 @@ from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
     LLMMessage,
-    ModelCapabilities,  # type: ignore[attr-defined]
+    ModelCapabilities,
     ModelInfo,
     RequestUsage,
     validate_model_info,
@@ -395,7 +395,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             failure = read_failure(exc, self._config.model, self._config.read_timeout, streamed=True)
         finally:
             response.release()
-        # Raised there, outside the handlers: a new exception never chains the one aiohttp raised.
+        # What stopped the stream is raised outside the handlers: a new exception never chains the one aiohttp raised.
         yield self._outcome(stream, content_type, failure, cancelled, cancellation_token)
 
     def _outcome(
@@ -508,8 +508,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         return max(0, 128_000 - self.count_tokens(messages, tools=tools))
 
     @property
-    def capabilities(self) -> ModelCapabilities:  # type: ignore[override]
-        return self._config.model_info  # type: ignore[return-value]
+    def capabilities(self) -> ModelCapabilities:
+        return self._config.model_info
 
     @property
     def model_info(self) -> ModelInfo:

@@ -60,5 +60,5 @@ class ModelClientOptions(BaseModel):
 class OpenAICompatibleClientConfig(ModelClientOptions):
     """Serialisable configuration of :class:`~duet.agents.OpenAICompatibleClient`."""
 
-    model_info: ModelInfo = Field(default_factory=lambda: dict(ANSWER_MODEL_INFO))  # type: ignore[arg-type]
+    model_info: ModelInfo = Field(default_factory=ANSWER_MODEL_INFO.copy)
     max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, description="Connection pool size; 0 means unlimited.")

@@ -101,7 +101,7 @@ def _schema_of(tool: Tool | ToolSchema) -> Mapping[str, Any]:
     # A dict first: isinstance against the runtime-checkable Tool protocol inspects every member.
     if isinstance(tool, dict):
         return tool
-    return tool.schema if isinstance(tool, Tool) else tool  # type: ignore[return-value]
+    return tool.schema if isinstance(tool, Tool) else tool
 
 
 def _encode_tool(schema: Mapping[str, Any]) -> str:

@@ -138,7 +138,9 @@ def hold_reading(response: aiohttp.ClientResponse) -> Any:
     read timeout keeps running meanwhile."""
     connection = response.connection
     protocol = connection.protocol if connection is not None else None
-    transport = protocol.transport if protocol is not None else None
+    if protocol is None:
+        return None
+    transport = protocol.transport
     if transport is None or protocol._reading_paused or not transport.is_reading():
         return None
     transport.pause_reading()
