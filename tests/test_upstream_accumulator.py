@@ -267,7 +267,7 @@ def test_an_error_chunk_mid_stream_after_the_text_before_it() -> None:
     stream = StreamAccumulator("m")
     pieces = stream.read([chunk({"content": "a"}), chunk({"content": "b"}), data({"error": {"message": "Overloaded."}}),
                           chunk({"content": "never"})])
-    assert pieces == ["a", "b"] and "failed mid-stream: Overloaded." in str(stream.failure)
+    assert pieces == ["a", "b"] and "failed mid-stream: Overloaded." in str(stream.failure) and stream.ended and not stream.done
     assert stream.result().content == "ab"  # what came before the error; the chunk after it was not read
 
 
@@ -281,13 +281,13 @@ def test_vllms_error_object() -> None:
 def test_a_chunk_without_choices_nor_error_is_skipped() -> None:
     stream = StreamAccumulator("m")
     assert stream.read([data({"choices": []}), data({"id": "x"}), chunk({"content": "a"})]) == ["a"]
-    assert stream.failure is None
+    assert stream.failure is None and not stream.ended
 
 
 def test_done_ends_the_read() -> None:
     stream = StreamAccumulator("m")
     assert stream.read([chunk({"content": "a"}), b"[DONE]", chunk({"content": "after"})]) == ["a"]
-    assert stream.done and stream.result().content == "a"
+    assert stream.ended and stream.done and stream.result().content == "a"
 
 
 @pytest.mark.parametrize("raw, what", [(b"not json", "not JSON"), (b"{\"choices\": [", "not JSON"), (b"[1, 2]", "not a JSON object"),
@@ -296,6 +296,7 @@ def test_a_chunk_that_is_not_a_json_object_fails_the_stream(raw: bytes, what: st
     stream = StreamAccumulator("m")
     assert stream.read([chunk({"content": "a"}), raw, chunk({"content": "b"})]) == ["a"]
     assert isinstance(stream.failure, UpstreamProtocolError) and f"sent a chunk that is {what}" in str(stream.failure)
+    assert stream.ended and not stream.done
 
 
 def test_a_delta_that_is_null_or_missing() -> None:

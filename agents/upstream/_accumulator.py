@@ -3,13 +3,14 @@ pieces to hand on as it arrives. Pure: no sockets, no asyncio (the client reads,
 
 Where each part of the OpenAI chunk format is read (a model server's dialect lands in its place):
 
-- what a chunk is — an answer's delta, ``[DONE]``, something that is not a chunk, an error object,
-  the usage, the finish reason: :meth:`StreamAccumulator._deltas`, errors by :meth:`StreamAccumulator._error_in`;
+- what a chunk is — an answer's choice, the usage, the finish reason: :meth:`StreamAccumulator.read`;
+  ``[DONE]`` and what is not a chunk: :meth:`StreamAccumulator._not_a_chunk`; a chunk without
+  choices (an error object): :meth:`StreamAccumulator._without_choices`;
 - reasoning — ``reasoning_content`` or ``reasoning`` (the first spelling seen is the one the model
-  wants back), ``reasoning_details`` (:meth:`StreamAccumulator._take_details`): :meth:`StreamAccumulator.read`;
+  wants back: :meth:`StreamAccumulator._reasoning_begins`), ``reasoning_details``
+  (:meth:`StreamAccumulator._take_details`);
 - answer text, and how text is batched into pieces: :meth:`StreamAccumulator.read`;
-- tool calls: :meth:`StreamAccumulator.read` (a fragment without an index: :meth:`StreamAccumulator._unindexed`),
-  each call by a :class:`ToolCallBuilder`;
+- tool calls: :meth:`StreamAccumulator._add_tool_deltas`, each call by a :class:`ToolCallBuilder`;
 - how a stream ended: :meth:`StreamAccumulator.unfinished`; the answer: :meth:`StreamAccumulator.result`;
 - a whole ``chat.completion`` body: :meth:`StreamAccumulator.read_completion`.
 """
@@ -87,8 +88,8 @@ class StreamAccumulator:
     alone (at :attr:`first_piece`, for the caller to hand on at once), then at most
     :data:`JOINED_CHUNKS` chunks or :data:`JOINED_CHARS` characters a piece, a new piece where
     reasoning turns to answer or back; a burst of tokens costs the caller a few events, not one each.
-    A read stops at ``[DONE]`` (:attr:`done`) or at a chunk that fails the stream (:attr:`failure`,
-    for the caller to raise once the pieces before it are handed on).
+    A read stops (:attr:`ended`) at ``[DONE]`` (:attr:`done`) or at a chunk that fails the stream
+    (:attr:`failure`, for the caller to raise once the pieces before it are handed on).
 
     >>> stream = StreamAccumulator("m")
     >>> pieces = stream.read([b'{"choices": [{"delta": {"reasoning_content": "Hm."}}]}',
@@ -102,15 +103,22 @@ class StreamAccumulator:
     ('Hi!', 'Hm.', 'stop', 'reasoning_content')
     """
 
-    __slots__ = ("model", "awaiting_first_token", "first_piece", "done", "failure", "answered", "finish_reason", "usage",
-                 "reasoning_field", "_content", "_thought", "_details", "_calls")
+    __slots__ = ("model", "awaiting_first_token", "first_piece", "ended", "done", "failure", "answered", "finish_reason",
+                 "usage", "reasoning_field", "_joined_limit", "_pending_kind", "_content", "_thought", "_details", "_calls")
 
     def __init__(self, model: str) -> None:
         self.model = model
         self.awaiting_first_token = True
         """No text (nor tool call) has come yet: the first is handed on alone, at once."""
+        self._joined_limit = 1
+        """The most chunks a piece joins: 1 while the first token is awaited (it goes on alone), then
+        :data:`JOINED_CHUNKS`."""
+        self._pending_kind: type[str] = str
+        """The kind of the text handed on last (a piece of the other kind begins a new piece)."""
         self.first_piece = -1
         """Where the first token is among the pieces the last :meth:`read` returned (-1: not among them)."""
+        self.ended = False
+        """The stream ends here: ``[DONE]`` arrived, or a chunk failed it."""
         self.done = False
         """``[DONE]`` arrived."""
         self.failure: UpstreamError | None = None
@@ -126,91 +134,93 @@ class StreamAccumulator:
         self._calls: defaultdict[int, ToolCallBuilder] = defaultdict(ToolCallBuilder)  # by index
 
     def read(self, events: list[bytes]) -> list[str]:
-        """The pieces to hand on for the ``data`` of the events of one read, in order (see the class)."""
+        """The pieces to hand on for the ``data`` of the events of one read, in order (see the class).
+
+        Called for every read of a stream, often of one event (a model streaming token by token): a
+        chunk of text is read here, in line, at no further call; the end, errors, reasoning details
+        and tool calls have methods of their own."""
         pieces: list[str] = []
         pending: list[str] = []  # text not handed on yet, all of one kind
-        pending_kind: type[str] = str
-        pending_size = 0
-        first_token = self.awaiting_first_token
-        thought, content, calls = self._thought, self._content, self._calls
+        pending_kind, pending_size, limit = self._pending_kind, 0, self._joined_limit
         self.first_piece = -1
-        for delta in self._deltas(events):
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            detail_fragments = delta.get("reasoning_details")
-            if detail_fragments:
-                reasoning = self._take_details(detail_fragments, reasoning)
-            if reasoning:
-                if self.reasoning_field is None:  # the first spelling seen
-                    self.reasoning_field = "reasoning_content" if delta.get("reasoning_content") else "reasoning"
-                thought.append(reasoning)
-                if pending_kind is not ReasoningText:  # answer text before: a piece of its own
-                    _hand_on(pieces, pending, pending_kind)
-                    pending_kind, pending_size = ReasoningText, 0
-                pending.append(reasoning)
-                pending_size += len(reasoning)
-            text = delta.get("content")
-            if text:
-                content.append(text)
-                if pending_kind is not str:  # reasoning before: a piece of its own
-                    _hand_on(pieces, pending, pending_kind)
-                    pending_kind, pending_size = str, 0
-                pending.append(text)
-                pending_size += len(text)
-            if first_token and pending:
-                first_token = False
-                self.first_piece = len(pieces)
-                _hand_on(pieces, pending, pending_kind)
-                pending_size = 0
-            elif len(pending) >= JOINED_CHUNKS or pending_size >= JOINED_CHARS:
-                _hand_on(pieces, pending, pending_kind)
-                pending_size = 0
-            tool_deltas = delta.get("tool_calls")
-            if tool_deltas:
-                first_token = False  # a call is handed on whole, at its end: nothing to hurry
-                for tool_delta in tool_deltas:  # each fragment to its call (by index; without one, see _unindexed)
-                    index = tool_delta.get("index")
-                    calls[self._unindexed(tool_delta) if index is None else index].add(tool_delta)
-        _hand_on(pieces, pending, pending_kind)
-        self.awaiting_first_token = first_token
-        return pieces
-
-    def _deltas(self, events: list[bytes]) -> list[dict[str, Any]]:
-        """The deltas of the answer's choice in ``events``, up to ``[DONE]`` or a chunk that fails the
-        stream; notes the usage and the finish reason the chunks carry."""
-        deltas: list[dict[str, Any]] = []
         for data in events:
-            if data == b"[DONE]":
-                self.done = True
-                break
             try:
                 chunk = wire_json.loads(data)
-            except ValueError:
-                self.failure = UpstreamProtocolError(f"sent a chunk that is not JSON: {data[:200]!r}", model=self.model)
-                break
-            if not isinstance(chunk, dict):
-                self.failure = UpstreamProtocolError(f"sent a chunk that is not a JSON object: {data[:200]!r}", model=self.model)
+                choices = chunk.get("choices")  # AttributeError: not a JSON object
+            except (ValueError, AttributeError):
+                self._not_a_chunk(data)  # [DONE], or a fault
                 break
             if chunk.get("usage"):  # on a trailing chunk without choices (OpenAI), or on the last one
                 self.usage = chunk["usage"]
-            choices = chunk.get("choices")
             if not choices:
-                self.failure = self._error_in(chunk)
-                if self.failure is not None:
+                if self._without_choices(chunk):
                     break
                 continue
             self.answered = True
             choice = choices[0]
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
-            deltas.append(choice.get("delta") or {})
-        return deltas
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if delta.get("reasoning_details"):
+                reasoning = self._take_details(delta["reasoning_details"], reasoning)
+            if reasoning:
+                self._thought.append(reasoning)
+                if pending_kind is not ReasoningText:  # reasoning begins, or answer text came before it
+                    self._reasoning_begins(delta, pieces, pending)
+                    pending_kind, pending_size = ReasoningText, 0
+                pending.append(reasoning)
+                pending_size += len(reasoning)
+            text = delta.get("content")
+            if text:
+                self._content.append(text)
+                if pending_kind is not str:  # reasoning before: a piece of its own
+                    _hand_on(pieces, pending, pending_kind)
+                    pending_kind, pending_size = str, 0
+                pending.append(text)
+                pending_size += len(text)
+            if len(pending) >= limit or pending_size >= JOINED_CHARS:
+                if limit == 1:  # the first token
+                    self.first_piece, limit = len(pieces), JOINED_CHUNKS
+                _hand_on(pieces, pending, pending_kind)
+                pending_size = 0
+            if delta.get("tool_calls"):
+                limit = JOINED_CHUNKS  # a call is handed on whole, at its end: nothing to hurry
+                self._add_tool_deltas(delta["tool_calls"])
+        if pending:
+            pieces.append(pending_kind("".join(pending)))
+        self._pending_kind, self._joined_limit = pending_kind, limit
+        self.awaiting_first_token = limit == 1
+        return pieces
 
-    def _error_in(self, chunk: dict[str, Any]) -> UpstreamError | None:
-        """The error a chunk without choices carries: OpenAI's ``error`` field, or vLLM's error object."""
+    def _not_a_chunk(self, data: bytes) -> None:
+        """``[DONE]``, or an event whose data is not a JSON object (which fails the stream): the end."""
+        self.ended = True
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            wire_json.loads(data)
+        except ValueError:
+            self.failure = UpstreamProtocolError(f"sent a chunk that is not JSON: {data[:200]!r}", model=self.model)
+            return
+        self.failure = UpstreamProtocolError(f"sent a chunk that is not a JSON object: {data[:200]!r}", model=self.model)
+
+    def _without_choices(self, chunk: dict[str, Any]) -> bool:
+        """A chunk without choices: the usage alone (read already), or an error (OpenAI's ``error``
+        field, vLLM's error object), which fails the stream. Returns whether the stream stops here."""
         error = chunk.get("error") or (chunk if chunk.get("object") == "error" else None)
-        if not error:
-            return None
-        return error_object(error, "failed mid-stream" if self.answered else "sent an error", self.model)
+        if error:
+            self.failure = error_object(error, "failed mid-stream" if self.answered else "sent an error", self.model)
+            self.ended = True
+        return self.ended
+
+    def _reasoning_begins(self, delta: Mapping[str, Any], pieces: list[str], pending: list[str]) -> None:
+        """Reasoning comes (first in a read, or after answer text): the answer text before it goes on
+        as a piece of its own; the first reasoning says how this upstream spells it."""
+        _hand_on(pieces, pending, str)
+        if self.reasoning_field is None:
+            self.reasoning_field = "reasoning_content" if delta.get("reasoning_content") else "reasoning"
 
     def _take_details(self, fragments: Any, reasoning: str | None) -> str | None:
         """Keeps the ``reasoning_details`` fragments of a delta; returns the delta's reasoning (their
@@ -221,11 +231,15 @@ class StreamAccumulator:
         self.reasoning_field = "reasoning_details"  # what a model that sends them wants back
         return reasoning or details_text(fragments)
 
-    def _unindexed(self, tool_delta: Mapping[str, Any]) -> int:
-        """The call a tool-call fragment without an ``index`` belongs to: with an ``id``, a new one;
-        without, the last one (a new one if there is none)."""
+    def _add_tool_deltas(self, tool_deltas: list[dict[str, Any]]) -> None:
+        """A delta's tool-call fragments, each added to its call: the call at its ``index``; without
+        one, a fragment with an ``id`` starts a new call and one without continues the last."""
         calls = self._calls
-        return len(calls) - 1 if calls and not tool_delta.get("id") else len(calls)
+        for tool_delta in tool_deltas:
+            index = tool_delta.get("index")
+            if index is None:
+                index = len(calls) - 1 if calls and not tool_delta.get("id") else len(calls)
+            calls[index].add(tool_delta)
 
     def unfinished(self, content_type: str) -> UpstreamError | None:
         """The error of a stream (of ``content_type``) that ended without an answer, or before the

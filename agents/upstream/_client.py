@@ -88,8 +88,9 @@ from duet.agents.upstream._transport import (
     forget,
     lighten,
     media_type,
+    hold_reading,
     read_bounded,
-    reading_held,
+    release_reading,
     shared_pools,
 )
 
@@ -376,17 +377,22 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             async for events in sse_data(response, lambda: stream.awaiting_first_token):
                 pieces = stream.read(events)
                 events = None  # type: ignore[assignment]  # nothing of a read stays with the stream while it waits for the next
-                for index, piece in enumerate(pieces):
-                    if index != stream.first_piece:
+                if stream.first_piece >= 0:  # the first token: the caller's writer sends it before more is read
+                    for piece in pieces[: stream.first_piece]:
                         yield piece
-                        continue
-                    with reading_held(response):  # the first token: the caller's writer sends it before more is read
-                        yield piece
+                    held = hold_reading(response)
+                    try:
+                        yield pieces[stream.first_piece]
                         await asyncio.sleep(0)
+                    finally:
+                        release_reading(held)
+                    del pieces[: stream.first_piece + 1]
+                for piece in pieces:
+                    yield piece
                 pieces = piece = None  # type: ignore[assignment]
-                if stream.done:
-                    await finish_body(response)
-                if stream.done or stream.failure is not None:
+                if stream.ended:
+                    if stream.done:
+                        await finish_body(response)
                     break
         except ReadCancelled as exc:
             exc.__traceback__ = None  # it is referenced by the response: no cycle through this frame

@@ -37,6 +37,7 @@ async def sse_data(response: aiohttp.ClientResponse, first_token_awaited: Callab
                 if not received and end_of_chunk:  # an empty read at a chunk's end: not the end of the body
                     continue
             else:
+                single_reads = 0  # the first token has gone: not asked again
                 received = await content.readany()
         except aiohttp.ClientError as exc:
             received = received_before_failure(content)
@@ -45,8 +46,26 @@ async def sse_data(response: aiohttp.ClientResponse, first_token_awaited: Callab
             broken = exc
         if not received:
             break
-        events, buffer = split_events(buffer + received if buffer else received)
-        received = None  # type: ignore[assignment]  # the read is parsed: not kept while the next one is awaited
+        buffer = buffer + received if buffer else received
+        held = b""
+        if b"\r" in buffer:  # CRLF or CR line ends; a CR at the very end may still pair with an LF
+            if buffer.endswith(b"\r"):
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        start = 0
+        events: list[bytes] = []
+        while True:
+            end = buffer.find(b"\n\n", start)
+            if end < 0:
+                break
+            event = buffer[start:end]
+            start = end + 2
+            if event.startswith(b"data:") and b"\n" not in event:
+                events.append(event[5:].lstrip())
+            else:  # comments, ``event:``/``id:`` lines, multi-line data
+                _add_event_data(events, event)
+        buffer = buffer[start:] + held
+        received = event = None  # type: ignore[assignment]  # the read is parsed: not kept while the next one is awaited
         if events:
             yield events
         events = None  # type: ignore[assignment]
@@ -56,33 +75,19 @@ async def sse_data(response: aiohttp.ClientResponse, first_token_awaited: Callab
         raise broken
 
 
-def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
-    """The ``data`` of the complete events at the start of ``buffer``, and the rest of it (an event
-    not complete yet). Any line ends (LF, CRLF, CR); comments, ``event:`` and ``id:`` lines are left out.
+def _add_event_data(events: list[bytes], event: bytes) -> None:
+    """The ``data`` of an event of several lines (its ``data:`` lines joined; comments, ``event:`` and
+    ``id:`` lines left out), if it has any.
 
-    >>> split_events(b"data: one\\r\\n\\r\\n: keep-alive\\n\\nevent: x\\ndata: two\\ndata: 2\\n\\ndata: thr")
-    ([b'one', b'two\\n2'], b'data: thr')
+    >>> events = []
+    >>> for event in (b": keep-alive", b"event: delta\\ndata: two\\ndata: 2"):
+    ...     _add_event_data(events, event)
+    >>> events
+    [b'two\\n2']
     """
-    held = b""
-    if b"\r" in buffer:  # CRLF or CR line ends; a CR at the very end may still pair with an LF
-        if buffer.endswith(b"\r"):
-            buffer, held = buffer[:-1], b"\r"
-        buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    start = 0
-    events: list[bytes] = []
-    while True:
-        end = buffer.find(b"\n\n", start)
-        if end < 0:
-            break
-        event = buffer[start:end]
-        start = end + 2
-        if event.startswith(b"data:") and b"\n" not in event:
-            events.append(event[5:].lstrip())
-        else:  # comments, ``event:``/``id:`` lines, multi-line data
-            lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
-            if lines:
-                events.append(b"\n".join(lines))
-    return events, buffer[start:] + held
+    lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    if lines:
+        events.append(b"\n".join(lines))
 
 
 def received_before_failure(content: aiohttp.StreamReader) -> bytes:

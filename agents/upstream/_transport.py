@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import contextvars
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import aiohttp
 from autogen_core import CancellationToken
@@ -132,10 +132,14 @@ def abort_read(reference: weakref.ref[aiohttp.ClientResponse]) -> None:
 
 def hold_reading(response: aiohttp.ClientResponse) -> Any:
     """Stops reading ``response``'s connection until :func:`release_reading`; returns what to give
-    it, or ``None`` when there is nothing to hold (no connection, or aiohttp's own flow control holds
-    it already). The transport is paused, not aiohttp's protocol: the protocol's pause would also stop
-    its parser after the next HTTP chunk once reading resumes. Held for one hand-off only, so aiohttp's
-    read timeout keeps running meanwhile."""
+    it: ``None`` when there is nothing to hold (no connection, or aiohttp's own flow control holds it
+    already). A stream's first token goes on alone, and the caller's writer gets a turn to send it
+    before more is read: the socket is not even read until the caller asks for more and that turn has
+    passed (the loop would otherwise receive and parse what arrived before the writer's turn).
+
+    The transport is paused, not aiohttp's protocol: the protocol's pause would also stop its parser
+    after the next HTTP chunk once reading resumes. Held for one hand-off only, so aiohttp's read
+    timeout keeps running meanwhile."""
     connection = response.connection
     protocol = connection.protocol if connection is not None else None
     if protocol is None:
@@ -148,28 +152,16 @@ def hold_reading(response: aiohttp.ClientResponse) -> Any:
 
 
 def release_reading(protocol: Any) -> None:
-    """Reads the connection :func:`hold_reading` held again (unless aiohttp's flow control now holds it,
-    or the connection is gone)."""
+    """Reads the connection :func:`hold_reading` held again (unless it held none, aiohttp's flow
+    control now holds it, or the connection is gone)."""
+    if protocol is None:
+        return
     transport = protocol.transport
     if transport is not None and not transport.is_closing() and not protocol._reading_paused:
         # In no context: with asyncio's own loop, reading again captures the context for as long as the
         # connection lives (in the pool, after this request). (aiohttp's own flow control resumes a
         # long answer's reading in the reader's context; uvloop, what the server runs, captures none.)
         contextvars.Context().run(transport.resume_reading)
-
-
-@contextlib.contextmanager
-def reading_held(response: aiohttp.ClientResponse) -> Iterator[None]:
-    """``response``'s connection is not read during the ``with`` block (:func:`hold_reading`). A
-    stream's first token goes on alone, and the caller's writer gets a turn to send it before more is
-    read: the socket is not even read until the caller asks for more and that turn has passed (the
-    loop would otherwise receive and parse what arrived before the writer's turn)."""
-    protocol = hold_reading(response)
-    try:
-        yield
-    finally:
-        if protocol is not None:
-            release_reading(protocol)
 
 
 async def finish_body(response: aiohttp.ClientResponse) -> None:
