@@ -134,11 +134,8 @@ class StreamAccumulator:
         self._calls: defaultdict[int, ToolCallBuilder] = defaultdict(ToolCallBuilder)  # by index
 
     def read(self, events: list[bytes]) -> list[str]:
-        """The pieces to hand on for the ``data`` of the events of one read, in order (see the class).
-
-        Called for every read of a stream, often of one event (a model streaming token by token): a
-        chunk of text is read here, in line, at no further call; the end, errors, reasoning details
-        and tool calls have methods of their own."""
+        """The pieces to hand on for the ``data`` of one read's events (see the class). Called for every
+        read, often of one event: a chunk of text costs no call beyond this one (what is rarer has a method)."""
         pieces: list[str] = []
         pending: list[str] = []  # text not handed on yet, all of one kind
         pending_kind, pending_size, limit = self._pending_kind, 0, self._joined_limit
