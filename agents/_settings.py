@@ -1,7 +1,7 @@
 """Settings of a pipeline: which models play the two parts, and how.
 
 The YAML settings are built from the components' own schemas, so each field and each default has
-one home: a model section is :class:`~duet.agents.upstream._client.ModelClientOptions` (the fields of
+one home: a model section is :class:`~duet.agents.upstream._options.ModelClientOptions` (the fields of
 the model client's config) plus the choice of client, and a part's section adds its agent's options
 (:class:`~duet.agents._reasoning_agent.ReasoningAgentOptions`,
 :class:`~duet.agents._answer_agent.AnswerAgentOptions`). The settings then produce the component

@@ -34,7 +34,7 @@ from PIL import Image as PILImage
 from duet.agents import ANSWER_MODEL_INFO, AnswerAgent, OpenAICompatibleClient, ReasoningAgent, ReasoningText
 from duet.agents._answer_agent import REASONING_PREAMBLE
 from duet.agents._messages import reasoning_reply
-from duet.agents.upstream._client import streaming_create_args
+from duet.agents.upstream import streaming_create_args
 from duet.workbenches import ProxyTool, PythonFunctionTool, model_safe_name
 from tests.scripted_model_client import ScriptedModelClient, ScriptedTurn, calls_result, text_result
 

@@ -16,7 +16,7 @@ from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, SystemMessage, UserMessage
 
 from duet.agents import ConversationError, OpenAICompatibleClient, UpstreamConnectionError, conversation_from_openai
-from duet.agents.upstream import _client as model_client
+from duet.agents.upstream import _transport as upstream_transport
 from duet.agents._conversation import MISSING_RESULT, as_transcript
 from duet.agents._thinking import ReasoningSplitter, ReasoningText, strip_think_blocks
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
@@ -271,7 +271,7 @@ def test_a_connection_opened_as_its_request_is_cancelled_is_closed(monkeypatch: 
             return Opened()
 
         monkeypatch.setattr(aiohttp.TCPConnector, "_create_connection", open_connection)
-        connector = model_client._Connector()
+        connector = upstream_transport.Connector()
         requesting = asyncio.create_task(connector._create_connection(None, [], None))
         with pytest.raises(asyncio.CancelledError):
             await requesting
@@ -363,7 +363,7 @@ def test_continuation_stores_expire(tmp_path) -> None:  # type: ignore[no-untype
 
 
 def _chunked_response(chunks: list[bytes], failure: BaseException | None = None) -> Any:
-    """What ``_sse_data`` reads of a response (its body, through aiohttp's own stream reader), whose
+    """What ``sse_data`` reads of a response (its body, through aiohttp's own stream reader), whose
     chunked body's ``chunks`` all arrived before the first read, then its end, or ``failure`` (the
     connection broke). Made inside the running loop."""
     import types
@@ -385,11 +385,11 @@ def _chunked_response(chunks: list[bytes], failure: BaseException | None = None)
 
 
 def _sse_events(chunks: list[bytes], one_chunk_at_a_time: bool) -> list[list[bytes]]:
-    """What ``_sse_data`` yields for a chunked body whose ``chunks`` all arrived before the first read."""
-    from duet.agents.upstream._client import _sse_data
+    """What ``sse_data`` yields for a chunked body whose ``chunks`` all arrived before the first read."""
+    from duet.agents.upstream._sse import sse_data
 
     async def main() -> list[list[bytes]]:
-        return [events async for events in _sse_data(_chunked_response(chunks), lambda: one_chunk_at_a_time)]
+        return [events async for events in sse_data(_chunked_response(chunks), lambda: one_chunk_at_a_time)]
 
     return asyncio.run(main())
 
@@ -403,7 +403,7 @@ def test_sse_parser_handles_crlf_split_across_reads() -> None:
 
 
 def test_sse_parser_hands_on_the_first_chunk_before_reading_the_rest_of_a_burst() -> None:
-    from duet.agents.upstream._client import SINGLE_CHUNK_READS
+    from duet.agents.upstream._sse import SINGLE_CHUNK_READS
 
     burst = [b"data: %d\n\n" % n for n in range(40)]
     # All at once when the caller wants whole reads: one read, one list.
@@ -419,13 +419,13 @@ def test_sse_parser_hands_on_what_arrived_before_the_connection_broke() -> None:
     events that arrived come first, then the error (whether reads take one chunk or all)."""
     import aiohttp
 
-    from duet.agents.upstream._client import _sse_data
+    from duet.agents.upstream._sse import sse_data
 
     async def read(one_chunk_at_a_time: bool, chunks: list[bytes]) -> tuple[list[bytes], BaseException | None]:
         response = _chunked_response(chunks, aiohttp.ClientPayloadError("Response payload is not completed"))
         received: list[bytes] = []
         try:
-            async for events in _sse_data(response, lambda: one_chunk_at_a_time):
+            async for events in sse_data(response, lambda: one_chunk_at_a_time):
                 received += events
         except aiohttp.ClientPayloadError as exc:
             return received, exc

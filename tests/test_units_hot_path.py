@@ -296,7 +296,7 @@ def test_a_lightened_queue_holds_two_deques_fewer_and_still_joins(kind: str) -> 
 # --- client tools: built once per distinct entry, encoded once per tool ---------------------------
 
 from duet.agents import OpenAICompatibleClient  # noqa: E402
-from duet.agents.upstream._client import tool_to_openai, tools_json  # noqa: E402
+from duet.agents.upstream._transform import tool_to_openai, tools_json  # noqa: E402
 from duet.agents._reasoning_agent import describe_tools  # noqa: E402
 from duet.workbenches import CachingToolSchema, ProxyTool, derived_from, proxy_tools_from_openai  # noqa: E402
 from duet.workbenches import _tool_schemas as tool_schemas  # noqa: E402

@@ -13,17 +13,17 @@ Public API:
 - :class:`ReasoningSplitter` — a stream's pieces as (reasoning, content) pairs (``<think>`` tags
   or :class:`ReasoningText`); :func:`strip_think_blocks`, :func:`think_text` — ``<think>`` blocks
   in text a client sends back.
+
+Inside (private modules, as autogen-ext splits its own clients): ``_options`` (config, defaults),
+``_transform`` (AutoGen messages and tools → the request body), ``_sse`` (server-sent events),
+``_accumulator`` (a stream's chunks → pieces and the result; pure), ``_result``, ``_transport``
+(connection pools, aiohttp tricks), ``_errors`` (what an upstream's failures stand for), ``_client``.
 """
 
-from duet.agents.upstream._client import (
-    ANSWER_MODEL_INFO,
-    ModelClientOptions,
-    OpenAICompatibleClient,
-    OpenAICompatibleClientConfig,
-    UpstreamResult,
-    add_usage,
-    streaming_create_args,
-)
+from duet.agents.upstream._client import OpenAICompatibleClient
+from duet.agents.upstream._options import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClientConfig
+from duet.agents.upstream._result import UpstreamResult, add_usage
+from duet.agents.upstream._transform import streaming_create_args
 from duet.agents._thinking import ReasoningSplitter, ReasoningText, strip_think_blocks, think_text
 
 __all__ = [

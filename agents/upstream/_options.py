@@ -1,0 +1,64 @@
+"""How to call an upstream model: the options a model client's config and a model section of the YAML
+settings share, the client's serialisable config, and their defaults (named once: the config's fields,
+the client's keyword arguments and the YAML model settings all refer to them)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from autogen_core.models import ModelInfo
+from pydantic import BaseModel, Field
+
+ANSWER_MODEL_INFO: ModelInfo = {
+    "vision": False,
+    "function_calling": True,
+    "json_output": True,
+    "family": "unknown",
+    "structured_output": False,
+    "multiple_system_messages": True,
+}
+"""Default ``model_info`` for a model AutoGen does not know: assume it can call functions."""
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 300.0
+DEFAULT_MAX_RETRIES = 2
+DEFAULT_RETRY_BACKOFF = 0.5
+DEFAULT_MAX_RETRY_WAIT = 10.0
+DEFAULT_MAX_CONNECTIONS = 0
+
+
+class ModelClientOptions(BaseModel):
+    """An upstream model and how to call it: the fields a model client's config
+    (:class:`OpenAICompatibleClientConfig`) and a model section of the YAML settings
+    (:class:`~duet.agents.ModelSettings`) share. The API key is never stored: only the name of
+    the environment variable that holds it."""
+
+    model: str
+    base_url: str
+    api_key_env: Optional[str] = Field(None, description="Environment variable that holds the API key.")
+    create_args: dict[str, Any] = Field(
+        default_factory=dict, description="Request fields sent with every call (temperature, extra vendor fields, ...)."
+    )
+    headers: dict[str, str] = Field(default_factory=dict)
+    connect_timeout: float = Field(DEFAULT_CONNECT_TIMEOUT, description="Seconds to open a connection.")
+    read_timeout: float = Field(DEFAULT_READ_TIMEOUT, description="Longest silence allowed from the upstream, in seconds.")
+    max_retries: int = Field(
+        DEFAULT_MAX_RETRIES,
+        ge=0,
+        description="Retries of a call that failed before the upstream sent any answer (no connection, 429, 5xx).",
+    )
+    retry_backoff: float = Field(
+        DEFAULT_RETRY_BACKOFF, ge=0, description="Seconds before the first retry; doubled for each next one, with jitter."
+    )
+    max_retry_wait: float = Field(
+        DEFAULT_MAX_RETRY_WAIT,
+        ge=0,
+        description="Longest Retry-After (seconds) waited out; a longer one is passed on to the client at once.",
+    )
+
+
+class OpenAICompatibleClientConfig(ModelClientOptions):
+    """Serialisable configuration of :class:`~duet.agents.OpenAICompatibleClient`."""
+
+    model_info: ModelInfo = Field(default_factory=ANSWER_MODEL_INFO.copy)
+    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, description="Connection pool size; 0 means unlimited.")
