@@ -59,6 +59,7 @@ async def serve_one() -> None:
         report["duet_runtime"] = type(runtime).__qualname__
         report["duet_agents"] = sorted(type(agent).__qualname__ for agent in runtime._instantiated_agents.values())
         report["duet_subscriptions"] = sorted(type(s).__qualname__ for s in runtime._subscription_manager.subscriptions)
+        report["duet_subscription_ids_drawn"] = any(s._id is not None for s in runtime._subscription_manager.subscriptions)
 
 
 class Recorder(DefaultInterventionHandler):
@@ -155,4 +156,5 @@ def test_a_stock_team_built_after_duet_served_runs_on_stock_classes(probe: dict[
 def test_duets_own_team_keeps_its_lighter_parts(probe: dict[str, Any]) -> None:
     assert probe["duet_team"] == "_RoundRobinTeam" and probe["duet_runtime"] == "LeanAgentRuntime"
     assert probe["duet_agents"] == ["RoundRobinManager", "TurnContainer", "TurnContainer"]
-    assert probe["duet_subscriptions"] == sorted(["LeanTypePrefixSubscription"] * 3 + ["TypeSubscription"] * 7)
+    assert probe["duet_subscriptions"] == sorted(["LeanTypePrefixSubscription"] * 3 + ["LeanTypeSubscription"] * 7)
+    assert not probe["duet_subscription_ids_drawn"]

@@ -24,7 +24,7 @@ from duet.agents._names import ANSWERER_NAME, REASONER_NAME
 from duet.agents.upstream import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from duet.agents.pipeline._pool import TeamSlot
 from duet.agents._reasoning_agent import ReasoningAgent
-from duet.agents.runtime import HandOverQueue, LeanAgentRuntime, lighten_queue
+from duet.agents.runtime import HandOverQueue, LeanAgentRuntime, TeamRegistration, lighten_queue
 from duet.agents._settings import REASONER_MODEL_INFO, PipelineSettings
 from duet.agents.pipeline._group_chat import RoundRobinManager, TurnContainer
 from duet.agents.pipeline._team import build_team, duet_termination
@@ -94,8 +94,9 @@ class _InTurnOr(OrTerminationCondition):
 
 
 class _RoundRobinTeam(RoundRobinGroupChat):
-    # Duet's team as served, with Duet's agent container and group chat manager (_group_chat.py). The
-    # runtime keeps the factory of each of the team's agents for as long as the team, and AgentChat
+    # Duet's team as served, with Duet's agent container and group chat manager (_group_chat.py), its
+    # subscriptions added through a TeamRegistration (lean, no uuid string each). The runtime keeps
+    # the factory of each of the team's agents for as long as the team, and AgentChat
     # (0.7.5, pinned) makes each a closure (a function and a cell per argument, eleven for the
     # manager); these are partial objects of the same calls. The stock docstring and label: it dumps
     # as the stock team.
@@ -108,6 +109,9 @@ class _RoundRobinTeam(RoundRobinGroupChat):
 
     def _create_group_chat_manager_factory(self, *arguments: Any, **named: Any) -> Any:
         return functools.partial(RoundRobinManager, *_manager_arguments(*arguments, **named), self._emit_team_events)
+
+    async def _init(self, runtime: AgentRuntime) -> None:
+        await super()._init(TeamRegistration(runtime))  # type: ignore[arg-type]  # the runtime, its subscriptions lean
 
 
 def _manager_arguments(name: str, group_topic_type: str, output_topic_type: str, participant_topic_types: list[str],

@@ -89,7 +89,6 @@ class MessageQueue(LinesMadeOnUse, Queue[Any]):
             run_context.start_loop()  # type: ignore[attr-defined]
 
 
-
 def new_message_queue(runtime: SingleThreadedAgentRuntime) -> MessageQueue:
     """A lean runtime's message queue, made when the runtime is and again each time it stops."""
     queue: MessageQueue = lighten_queue(MessageQueue(runtime))
