@@ -82,7 +82,7 @@ from duet.agents._messages import (
     reasoning_reply,
 )
 from duet.agents.pipeline._pool import TeamPool, TeamSlot
-from duet.agents.runtime._runtime import LeanAgentRuntime
+from duet.agents.runtime import LeanAgentRuntime
 from duet.agents.pipeline._team import reset_team
 from duet.workbenches import DuetWorkbench, ProxyTool, PythonFunctionTool, RequestContext, model_safe_name
 
@@ -645,12 +645,14 @@ def test_team_factory_gives_each_team_its_own_client_of_any_other_kind() -> None
 
 def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_the_stock_team() -> None:
     """The runtime keeps the factory of each of a team's agents for as long as the team: partial calls
-    of AgentChat's classes, not AgentChat's closures; the team still runs and dumps as the stock one."""
+    of the classes (Duet's subclasses of AgentChat's), not AgentChat's closures; the team still runs
+    and dumps as the stock one."""
     import functools
 
     from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
     from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager
 
+    from duet.agents.pipeline._group_chat import RoundRobinManager, TurnContainer
     from duet.agents.pipeline._team import duet_termination
 
     component = _component(answer=ReplayChatCompletionClient(["Sunny today."]))
@@ -667,7 +669,8 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
     assert asyncio.run(main()) == [ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]
     made = [factory.make for factory in slot.runtime._agent_factories.values()]  # type: ignore[union-attr]
     assert all(isinstance(make, functools.partial) for make in made)
-    assert sorted(make.func.__name__ for make in made) == sorted([ChatAgentContainer.__name__] * 2 + [RoundRobinGroupChatManager.__name__])
+    assert sorted(make.func.__name__ for make in made) == sorted([TurnContainer.__name__] * 2 + [RoundRobinManager.__name__])
+    assert issubclass(TurnContainer, ChatAgentContainer) and issubclass(RoundRobinManager, RoundRobinGroupChatManager)  # Duet's own
     assert slot.team.dump_component() == RoundRobinGroupChat.load_component(component).dump_component() == component
     # Duet's termination is made, not loaded from the component (no validation per team): the same two conditions.
     conditions = slot.team._termination_condition._conditions  # type: ignore[union-attr]

@@ -15,7 +15,7 @@ import pytest
 from autogen_core import AgentId, ClosureAgent, ClosureContext, DefaultTopicId, MessageContext
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 
-from duet.agents.runtime._runtime import HandOverQueue, LeanAgentRuntime
+from duet.agents.runtime import HandOverQueue, LeanAgentRuntime
 
 
 class Counted:
@@ -268,7 +268,7 @@ def test_a_lightened_queue_holds_two_deques_fewer_and_still_joins(kind: str) -> 
 
     from autogen_core._queue import Queue as AutogenQueue
 
-    from duet.agents.runtime._runtime import lighten_queue
+    from duet.agents.runtime import lighten_queue
 
     make = asyncio.Queue if kind == "asyncio" else AutogenQueue
 
@@ -483,27 +483,38 @@ def test_a_body_nested_one_level_too_deep_is_refused(size: str) -> None:
         load_body(body(MAX_JSON_DEPTH + 1))
 
 
-def test_agentchat_opens_its_agent_spans_only_when_a_tracer_provider_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a tracer provider AgentChat's span around an agent's turn costs nothing (every span
-    would be a no-op); with one, the span is opened and recorded as before."""
-    import contextlib
-
+def test_duets_team_opens_its_agent_spans_only_when_a_tracer_provider_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a tracer provider the span around an agent's turn in Duet's team costs nothing (every
+    span would be a no-op): AgentChat's span helper is not called, while a stock team calls it for each
+    turn; with a provider, Duet's team opens and records it as AgentChat does."""
     from autogen_agentchat.teams._group_chat import _chat_agent_container
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    import duet.agents.runtime._runtime  # noqa: F401 - the module that makes the span conditional
+    spans_opened: list[str] = []
+    stock_span = _chat_agent_container.trace_invoke_agent_span
 
-    assert isinstance(_chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"), contextlib.nullcontext)
+    def counted_span(**named: Any) -> Any:
+        spans_opened.append(named["agent_name"])
+        return stock_span(**named)
+
+    monkeypatch.setattr(_chat_agent_container, "trace_invoke_agent_span", counted_span)  # this test's spy, undone after it
+    for runtime in (LeanAgentRuntime, SingleThreadedAgentRuntime):
+        assert asyncio.run(_run_a_team_on(runtime(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    assert spans_opened == []
+    assert asyncio.run(_run_a_team_on(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    assert spans_opened == ["first", "second"]
+
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
-    with _chat_agent_container.trace_invoke_agent_span(agent_name="reasoner"):
-        pass
-    assert [span.name for span in exporter.get_finished_spans()] == ["invoke_agent reasoner"]
+    assert asyncio.run(_run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    assert spans_opened == ["first", "second"] * 2
+    assert [span.name for span in exporter.get_finished_spans() if span.name.startswith("invoke_agent")] == [
+        "invoke_agent first", "invoke_agent second"]
 
 
 # --- the body's parse: orjson first, the standard library for what it refuses --------------------
@@ -540,14 +551,17 @@ def _types(value: Any) -> Any:
 
 # --- a team's registrations on a lean runtime ----------------------------------------------------
 
-async def _run_a_team_on(runtime: SingleThreadedAgentRuntime) -> list[str]:
-    """A plain AgentChat team of two agents with scripted models, run once on ``runtime``; who spoke."""
+async def _run_a_team_on(runtime: SingleThreadedAgentRuntime, *, duet_team: bool = False) -> list[str]:
+    """A team of two AgentChat agents with scripted models, run once on ``runtime``; who spoke. A
+    plain AgentChat team, or (``duet_team``) one of the class Duet serves its teams in."""
     from autogen_agentchat.agents import AssistantAgent
     from autogen_agentchat.conditions import MaxMessageTermination
     from autogen_agentchat.teams import RoundRobinGroupChat
     from autogen_ext.models.replay import ReplayChatCompletionClient
 
-    team = RoundRobinGroupChat(
+    from duet.agents.pipeline._team_factory import _RoundRobinTeam
+
+    team = (_RoundRobinTeam if duet_team else RoundRobinGroupChat)(
         [AssistantAgent("first", ReplayChatCompletionClient(["one"])), AssistantAgent("second", ReplayChatCompletionClient(["two"]))],
         termination_condition=MaxMessageTermination(3), runtime=runtime)
     runtime.start()
@@ -556,16 +570,25 @@ async def _run_a_team_on(runtime: SingleThreadedAgentRuntime) -> list[str]:
     return [message.source for message in result.messages]
 
 
-def test_a_team_on_a_lean_runtime_draws_no_subscription_id_and_caches_no_recipients() -> None:
-    """A two-agent team registers ten subscriptions when it first runs; on a lean runtime none draws its uuid
-    (drawn when read: stable, a uuid4), and no topic's recipients are kept. A team runs the same, a
-    subscription added twice is refused, and one removed by its id no longer delivers."""
+def test_duets_team_draws_no_subscription_id_and_a_lean_runtime_caches_no_recipients() -> None:
+    """A two-agent team registers ten subscriptions when it first runs; Duet's team adds them as their
+    lean kind, none with its uuid drawn (drawn when read: stable, a uuid4), each direct-message one
+    without a prefix string of its own, and a lean runtime keeps no topic's recipients. A team runs
+    the same, a subscription added twice is refused, and one removed by its id no longer delivers."""
+    from autogen_core import TypePrefixSubscription
+
+    from duet.agents.runtime._subscriptions import LeanTypePrefixSubscription, LeanTypeSubscription
+
     runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
-    assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]
-    assert asyncio.run(_run_a_team_on(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    assert asyncio.run(_run_a_team_on(runtime, duet_team=True)) == ["user", "first", "second"]
+    assert asyncio.run(_run_a_team_on(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False), duet_team=True)) == [
+        "user", "first", "second"]
     manager = runtime._subscription_manager
     subscriptions = list(manager.subscriptions)
-    assert len(subscriptions) == 10 and all(subscription._id is None for subscription in subscriptions)
+    assert sorted(type(subscription).__name__ for subscription in subscriptions) == [
+        "LeanTypePrefixSubscription"] * 3 + ["LeanTypeSubscription"] * 7
+    assert all(subscription._id is None for subscription in subscriptions)
+    assert all(subscription._topic_type_prefix is None for subscription in subscriptions if isinstance(subscription, TypePrefixSubscription))
     assert not hasattr(manager, "_subscribed_recipients") and not manager._seen_topics
     assert manager._seen_topics is LeanAgentRuntime()._subscription_manager._seen_topics  # one empty set for all
 
@@ -583,17 +606,51 @@ def test_a_team_on_a_lean_runtime_draws_no_subscription_id_and_caches_no_recipie
     asyncio.run(add_remove())
 
 
+def test_a_lean_runtime_keeps_stock_subscriptions_as_their_lean_kind_with_their_ids() -> None:
+    """Any other team (or anyone) adding autogen-core's subscriptions to a lean runtime: they are kept
+    as their lean kind (a direct-message one without its prefix string) with the ids they were made
+    with, so whoever made one removes it by its id; a subscription of another kind is kept as it is."""
+    from autogen_core import DefaultSubscription, TypePrefixSubscription
+
+    from duet.agents.runtime._subscriptions import LeanTypePrefixSubscription, LeanTypeSubscription
+
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]
+    kept = list(runtime._subscription_manager.subscriptions)
+    assert sorted(type(subscription).__name__ for subscription in kept) == ["LeanTypePrefixSubscription"] * 3 + ["LeanTypeSubscription"] * 7
+    assert all(isinstance(subscription._id, str) for subscription in kept)  # drawn as autogen-core draws them
+
+    async def by_hand() -> None:
+        manager = runtime._subscription_manager
+        direct, other = TypePrefixSubscription("writer:", "writer"), DefaultSubscription(topic_type="notes", agent_type="writer")
+        for subscription in (direct, other):
+            await runtime.add_subscription(subscription)
+        [lean_direct] = [subscription for subscription in manager.subscriptions if subscription.id == direct.id]
+        assert type(lean_direct) is LeanTypePrefixSubscription and lean_direct == direct and lean_direct._topic_type_prefix is None
+        assert manager.subscriptions[-1] is other
+        with pytest.raises(ValueError, match="already exists"):
+            await runtime.add_subscription(TypePrefixSubscription("writer:", "writer"))
+        for subscription in (direct, other):
+            await runtime.remove_subscription(subscription.id)
+        assert not await manager.get_subscribed_recipients(TopicId("writer:", "key"))
+        assert not await manager.get_subscribed_recipients(TopicId("notes", "key"))
+        one, same = LeanTypeSubscription("t", "a"), LeanTypeSubscription("t", "a")
+        assert one == same and one != LeanTypeSubscription("u", "a") and one._id is None and same._id is None  # compared, no id drawn
+
+    asyncio.run(by_hand())
+
+
 def test_a_lean_runtime_registers_agent_types_without_a_closure_each_and_makes_agents_as_the_stock_one() -> None:
     """No wrapper closure per agent type (nor the annotations dict reading its signature leaves on it);
     the agents are made in their instantiation context and a factory of the wrong class is refused,
     as the stock runtime does; an instance cannot be registered to a factory's type."""
     from autogen_core import RoutedAgent
 
-    from duet.agents.runtime._runtime import _AgentFactory
+    from duet.agents.runtime._agents import AgentFactory
 
     runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
     assert asyncio.run(_run_a_team_on(runtime)) == ["user", "first", "second"]
-    assert len(runtime._agent_factories) == 3 and all(type(factory) is _AgentFactory for factory in runtime._agent_factories.values())
+    assert len(runtime._agent_factories) == 3 and all(type(factory) is AgentFactory for factory in runtime._agent_factories.values())
 
     async def refusals(runtime: SingleThreadedAgentRuntime) -> list[str]:
         await InOrder.register(runtime, "wrong", lambda: RoutedAgent("not in order"))  # type: ignore[arg-type, return-value]
@@ -679,10 +736,10 @@ def test_a_routed_agent_on_a_lean_runtime_is_handed_its_message_in_one_coroutine
     assert "on_message" not in names and "on_message_impl" not in names
 
 
-def test_every_turn_of_a_team_is_requested_with_one_shared_message() -> None:
-    """AgentChat's group chat manager asks each speaker for its turn with a message that has no
-    fields: one instance serves every turn of every team (it cannot take an attribute), and teams run
-    as before, on the lean runtime and the stock one."""
+def test_every_turn_of_duets_team_is_requested_with_one_shared_message() -> None:
+    """The group chat manager of Duet's team asks each speaker for its turn with a message that has
+    no fields: one instance serves every turn of every team (it cannot take an attribute), and teams
+    run as before, on the lean runtime and the stock one; a stock team makes one for each turn."""
     from autogen_agentchat.teams._group_chat._events import GroupChatRequestPublish
 
     requests: list[Any] = []
@@ -697,20 +754,26 @@ def test_every_turn_of_a_team_is_requested_with_one_shared_message() -> None:
         return Recording(ignore_unhandled_exceptions=False)
 
     for kind in (LeanAgentRuntime, SingleThreadedAgentRuntime):
-        assert asyncio.run(_run_a_team_on(recording(kind))) == ["user", "first", "second"]
+        assert asyncio.run(_run_a_team_on(recording(kind), duet_team=True)) == ["user", "first", "second"]
     assert len(requests) == 4 and all(type(request) is GroupChatRequestPublish for request in requests)
     assert all(request is requests[0] for request in requests)
     with pytest.raises(ValueError, match="no field"):
         requests[0].text = "changed"
+    shared = requests[0]
+    requests.clear()
+    for kind in (LeanAgentRuntime, SingleThreadedAgentRuntime):
+        assert asyncio.run(_run_a_team_on(recording(kind))) == ["user", "first", "second"]
+    assert len(requests) == 4 and len({id(request) for request in requests} | {id(shared)}) == 5
 
 
 def test_a_direct_message_subscription_keeps_no_prefix_string_and_matches_as_the_stock_one() -> None:
     """Each registered agent type's subscription to its direct messages ("<type>:...") keeps no
     prefix string of its own; it matches, maps and compares as autogen-core's."""
     from autogen_core import TypePrefixSubscription
-    from autogen_core._base_agent import TypePrefixSubscription as made_by_registration
 
-    lean = made_by_registration("writer:", "writer")
+    from duet.agents.runtime._subscriptions import LeanTypePrefixSubscription
+
+    lean = LeanTypePrefixSubscription("writer:", "writer")
     stock = TypePrefixSubscription("writer:", "writer")
     assert type(lean) is not TypePrefixSubscription and isinstance(lean, TypePrefixSubscription)
     assert lean._topic_type_prefix is None and lean.topic_type_prefix == "writer:" and lean == stock
@@ -719,5 +782,5 @@ def test_a_direct_message_subscription_keeps_no_prefix_string_and_matches_as_the
         assert lean.is_match(topic_id) == stock.is_match(topic_id), topic
         if stock.is_match(topic_id):
             assert lean.map_to_agent(topic_id) == stock.map_to_agent(topic_id)
-    other = made_by_registration("notes.", "writer")  # any other prefix is kept as given
+    other = LeanTypePrefixSubscription("notes.", "writer")  # any other prefix is kept as given
     assert other.topic_type_prefix == "notes." and other.is_match(TopicId("notes.1", "k")) and other != lean

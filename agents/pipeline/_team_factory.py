@@ -12,11 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from autogen_agentchat.base import OrTerminationCondition, Team, TerminationCondition
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, MessageFactory, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer  # not exported (0.7.5)
-from autogen_agentchat.teams._group_chat._round_robin_group_chat import (  # not exported (0.7.5)
-    RoundRobinGroupChatConfig,
-    RoundRobinGroupChatManager,
-)
+from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
 from autogen_core import AgentRuntime, ComponentModel
 from autogen_core.models import ChatCompletionClient
 
@@ -28,8 +24,9 @@ from duet.agents._names import ANSWERER_NAME, REASONER_NAME
 from duet.agents.upstream import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from duet.agents.pipeline._pool import TeamSlot
 from duet.agents._reasoning_agent import ReasoningAgent
-from duet.agents.runtime import HandOverQueue, LeanAgentRuntime, lighten_queue
+from duet.agents.runtime import HandOverQueue, LeanAgentRuntime, TeamRegistration, lighten_queue
 from duet.agents._settings import REASONER_MODEL_INFO, PipelineSettings
+from duet.agents.pipeline._group_chat import RoundRobinManager, TurnContainer
 from duet.agents.pipeline._team import build_team, duet_termination
 from duet.agents.pipeline._team_files import diagnose, load_team
 
@@ -97,19 +94,24 @@ class _InTurnOr(OrTerminationCondition):
 
 
 class _RoundRobinTeam(RoundRobinGroupChat):
-    # Duet's team as served: the runtime keeps the factory of each of the team's agents (its agent
-    # containers and group chat manager) for as long as the team, and AgentChat (0.7.5, pinned) makes
-    # each a closure (a function and a cell per argument, eleven for the manager); these are partial
-    # objects of the same calls. The stock docstring and label: it dumps as the stock team.
+    # Duet's team as served, with Duet's agent container and group chat manager (_group_chat.py), its
+    # subscriptions added through a TeamRegistration (lean, no uuid string each). The runtime keeps
+    # the factory of each of the team's agents for as long as the team, and AgentChat
+    # (0.7.5, pinned) makes each a closure (a function and a cell per argument, eleven for the
+    # manager); these are partial objects of the same calls. The stock docstring and label: it dumps
+    # as the stock team.
     __doc__ = RoundRobinGroupChat.__doc__
     component_label = "RoundRobinGroupChat"
 
     def _create_participant_factory(self, parent_topic_type: str, output_topic_type: str, agent: Any,
                                     message_factory: MessageFactory) -> Any:
-        return functools.partial(ChatAgentContainer, parent_topic_type, output_topic_type, agent, message_factory)
+        return functools.partial(TurnContainer, parent_topic_type, output_topic_type, agent, message_factory)
 
     def _create_group_chat_manager_factory(self, *arguments: Any, **named: Any) -> Any:
-        return functools.partial(RoundRobinGroupChatManager, *_manager_arguments(*arguments, **named), self._emit_team_events)
+        return functools.partial(RoundRobinManager, *_manager_arguments(*arguments, **named), self._emit_team_events)
+
+    async def _init(self, runtime: AgentRuntime) -> None:
+        await super()._init(TeamRegistration(runtime))  # type: ignore[arg-type]  # the runtime, its subscriptions lean
 
 
 def _manager_arguments(name: str, group_topic_type: str, output_topic_type: str, participant_topic_types: list[str],
@@ -117,7 +119,7 @@ def _manager_arguments(name: str, group_topic_type: str, output_topic_type: str,
                        termination_condition: TerminationCondition | None, max_turns: int | None,
                        message_factory: MessageFactory) -> tuple[Any, ...]:
     """The arguments of ``_create_group_chat_manager_factory`` (passed by name), in the order of
-    ``RoundRobinGroupChatManager``'s."""
+    AgentChat's ``RoundRobinGroupChatManager``'s."""
     return (name, group_topic_type, output_topic_type, participant_topic_types, participant_names, participant_descriptions,
             output_message_queue, termination_condition, max_turns, message_factory)
 
@@ -145,7 +147,7 @@ class TeamFactory:
     A ``RoundRobinGroupChat`` of Duet's own agents (what :func:`~duet.agents.build_team` and
     :func:`~duet.agents.export_team` make, and what AutoGen Studio keeps when it edits such a file)
     is made fast: each call makes Duet's agents from their configs in a new ``RoundRobinGroupChat``
-    on a :class:`~duet.agents.runtime._runtime.LeanAgentRuntime` of its own (started for each run). A model
+    on a :class:`~duet.agents.runtime.LeanAgentRuntime` of its own (started for each run). A model
     client made for concurrent use (:func:`made_for_concurrent_use`) is created once, here, and
     shared by every team; any other client is loaded for each team and closed with its
     :class:`~duet.agents.pipeline._pool.TeamSlot`. A settings pipeline's teams share the clients its settings made.

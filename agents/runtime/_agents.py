@@ -1,0 +1,116 @@
+"""The agents a lean runtime makes and how it hands them their messages: what every instance of a
+class holds a copy of is shared (:func:`lighten_agent`), an agent type's factory is a two-slot object
+(:class:`AgentFactory`), and a routed agent gets its message in one coroutine (:func:`deliver`).
+Relies on autogen-core/AgentChat 0.7.5 internals (pinned)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
+from autogen_core import ROOT_LOGGER_NAME, Agent, BaseAgent, MessageContext, RoutedAgent
+from autogen_core._message_handler_context import MessageHandlerContext
+
+from duet.agents.runtime._queues import LeanFIFOLock
+
+_logger = logging.getLogger(ROOT_LOGGER_NAME)  # where the stock runtime logs a handler's failure
+_HANDLING = MessageHandlerContext._MESSAGE_HANDLER_CONTEXT  # the agent whose handler runs (autogen-core 0.7.5, pinned)
+
+_handler_tables: dict[type[RoutedAgent], dict[type, list[Any]]] = {}
+"""One message-handler table per ``RoutedAgent`` class (see :func:`lighten_agent`)."""
+_in_order_types: dict[type[SequentialRoutedAgent], tuple[type, ...]] = {}
+"""The message types a ``SequentialRoutedAgent`` class takes in order (see :func:`lighten_agent`)."""
+
+
+def lighten_agent(agent: Agent) -> None:
+    """Drops what every agent instance AgentChat makes for a team holds a copy of, though it is the
+    same for each: a ``RoutedAgent``'s handler table, built from its class (lists of the class's
+    handler functions by message type), is shared by the instances of a class whose tables are
+    equal; a ``SequentialRoutedAgent`` (the group chat manager, the agent containers) gets a lock
+    without a queue of its own until one is needed, and shares the tuple of the message types it
+    takes in order (a new list for each instance) with the instances of its class whose types are the
+    same. Nothing changes any of them after the agent is made (autogen-core/AgentChat 0.7.5, pinned)."""
+    if isinstance(agent, RoutedAgent):
+        table = agent._handlers
+        shared = _handler_tables.setdefault(type(agent), table)
+        if shared is not table and shared == table:
+            agent._handlers = shared  # type: ignore[assignment]  # the table, shared
+    if isinstance(agent, SequentialRoutedAgent):
+        if type(agent._fifo_lock) is FIFOLock and not agent._fifo_lock._locked:
+            agent._fifo_lock = LeanFIFOLock()
+        in_order = tuple(agent._sequential_message_types)
+        shared_types = _in_order_types.setdefault(type(agent), in_order)
+        if shared_types == in_order:
+            agent._sequential_message_types = shared_types
+
+
+class AgentFactory:
+    """An agent type's factory as the lean runtime registers it: the stock ``register_factory``
+    (autogen-core 0.7.5, pinned) wraps each in a closure of its own (three cells and a function), and
+    the stock ``_invoke_agent_factory`` reads the wrapper's signature when it makes the agent, which
+    leaves an annotations dict on it: both kept for every agent type of every team a pipeline keeps.
+    :meth:`LeanAgentRuntime._invoke_agent_factory` calls ``make`` and checks the class the same way."""
+
+    __slots__ = ("make", "expected_class")
+    __code__ = None  # the stock runtime compares an instance's factory code with this (never equal)
+
+    def __init__(self, make: Callable[[], Any], expected_class: type[Any] | None) -> None:
+        self.make = make
+        self.expected_class = expected_class
+
+    def __call__(self) -> Any:
+        return self.make()
+
+
+def _taken_in_order(agent: Agent, message: Any) -> bool | None:
+    """Whether a routed agent (``RoutedAgent``, AgentChat's ``SequentialRoutedAgent``) handles
+    ``message`` in the order received; None for any other agent, or one that routes its own way."""
+    kind = type(agent)
+    if kind.on_message is not BaseAgent.on_message:
+        return None
+    routing = getattr(kind, "on_message_impl", None)
+    if routing is SequentialRoutedAgent.on_message_impl:
+        return any(isinstance(message, sequential) for sequential in agent._sequential_message_types)  # type: ignore[attr-defined]
+    return False if routing is RoutedAgent.on_message_impl else None
+
+
+async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:
+    """``agent.on_message(message, ctx)`` in the agent's handler context (``MessageHandlerContext``, set
+    as ``populate_context`` sets it, without a generator); a published message's failure is logged as
+    the stock runtime logs it. For a ``RoutedAgent`` or AgentChat's ``SequentialRoutedAgent`` (the
+    agent containers and group chat manager of a team) it does what ``BaseAgent.on_message``,
+    ``SequentialRoutedAgent.on_message_impl`` and ``RoutedAgent.on_message_impl`` do (0.7.5, pinned)
+    in this one coroutine instead of four: the handler of a turn lasts as long as the turn, and each
+    coroutine of the chain is kept for as long (any other agent is called as it is). A cancelled
+    handler is not logged: its run was cancelled, nothing failed."""
+    handling = _HANDLING.set(agent.id)
+    try:
+        in_order = _taken_in_order(agent, message)
+        if in_order is None:
+            return await agent.on_message(message, ctx)
+        if in_order:  # processed in the order received
+            await agent._fifo_lock.acquire()  # type: ignore[attr-defined]
+        try:
+            handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
+            if handlers is not None:
+                for handler in handlers:  # the first whose router takes it
+                    if handler.router(message, ctx):
+                        return await handler(agent, message, ctx)
+            return await agent.on_unhandled_message(message, ctx)  # type: ignore[attr-defined]
+        finally:
+            if in_order:
+                agent._fifo_lock.release()  # type: ignore[attr-defined]
+    except asyncio.CancelledError:
+        # A run cancelled (its client hung up) cancels every handler of it: the stock runtime logs each
+        # with its traceback, which the process's filter drops (api/server/_process.py), but only after the
+        # record is made and its traceback formatted for secret masking: 1-2 ms of the event loop per
+        # handler, some hundred milliseconds for a few hundred streams cancelled at once.
+        raise
+    except BaseException:
+        if published:
+            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
+        raise
+    finally:
+        _HANDLING.reset(handling)
