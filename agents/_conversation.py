@@ -31,6 +31,8 @@ from autogen_core.models import (
 
 from duet.workbenches import model_safe_name
 
+from duet._errors import DuetError
+
 from duet.agents._model_reasoning import ReasonedAssistantMessage, sent_reasoning
 from duet.agents._thinking import strip_think_blocks, think_text
 
@@ -42,7 +44,7 @@ _new_assistant = AssistantMessage.__pydantic_validator__.validate_python
 _new_system = SystemMessage.__pydantic_validator__.validate_python
 
 
-class ConversationError(ValueError):
+class ConversationError(DuetError, ValueError):
     """A message the duet cannot use; ``param`` points at it (``messages[2].content``)."""
 
     def __init__(self, message: str, param: str) -> None:
