@@ -66,7 +66,9 @@ from duet.agents._messages import task_messages
 from duet.agents._names import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME
 from duet.agents._reasoning_agent import ReasoningAgent, ReasoningAgentConfig, ReasoningAgentOptions
 from duet.agents.pipeline import DuetResult
-from duet.agents._run import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
+from duet.agents._options import AnswerOptions
+from duet.agents._request import DuetRequest
+from duet.agents._run import DuetRun, RunNotBoundError, bind_run, current_run
 from duet.agents._observe import ModelCallObserver, RunObserver, Stage, StoreOutcome, ToolCallObserver
 from duet.agents._settings import (
     DEFAULT_BASE_URL,
@@ -109,6 +111,7 @@ __all__ = [
     "DuetAgentOptions",
     "DuetError",
     "DuetEvent",
+    "DuetRequest",
     "DuetResult",
     "DuetRun",
     "DuetStream",

@@ -43,7 +43,8 @@ from duet.agents._events import ContentDelta, DuetEvent, FinishReason, Reasoning
 from duet.agents._grounding import retrieved_context
 from duet.agents._messages import answer_reply, client_handoff, read_grounding, read_task
 from duet.agents._observe import observe_client_tool_calls, observe_tool_call, observer_of
-from duet.agents._run import AnswerOptions, DuetRun, current_run
+from duet.agents._options import AnswerOptions
+from duet.agents._run import DuetRun, current_run
 from duet.agents._text_parts import TextParts
 from duet.agents._thinking import ReasoningSplitter
 

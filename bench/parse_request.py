@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any
 
-from duet.api.chat._service import _parse_request
+from duet.api.chat._service import parse_chat
 from duet.api.messages._service import parse_messages
 from duet.api.responses import Responses
 from duet.api._settings import ServiceOptions
@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     options = ServiceOptions()
     responses = Responses(None)  # type: ignore[arg-type] # parsing reads no store
-    readers = {name: (raw, _parse_request) for name, raw in bodies().items()}
+    readers = {name: (raw, parse_chat) for name, raw in bodies().items()}
     readers["responses-tool-heavy"] = (tool_heavy("responses"), responses.parse)
     readers["messages-tool-heavy"] = (tool_heavy("messages"), parse_messages)
     for name, (raw, parse) in readers.items():

@@ -8,17 +8,18 @@ from typing import NamedTuple
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from duet.agents import Duet, ReasoningOutput
+from duet.agents import Duet, DuetRequest, ReasoningOutput
 
 from duet.api._errors import APIError
 from duet.api._limits import is_json
-from duet.api._serving import RunRequest, Service, WireProtocol, validated_body
+from duet.api._options import answer_options
+from duet.api._serving import Service, WireProtocol, WireRequest, validated_body
 from duet.api._settings import ServiceOptions
 from duet.api._validation import LARGE_BODY_BYTES
 from duet.api.messages._errors import error_response
 from duet.api.messages._fold import MessageFold
 from duet.api.messages._protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
-from duet.api.messages._reader import MessagesInput, answer_options, read_input
+from duet.api.messages._reader import MessagesInput, asked_options, read_input
 from duet.api.messages._stream import PING, MessageStreamWriter
 from duet.api.messages._tokens import estimate_input_tokens
 
@@ -51,21 +52,22 @@ class AnthropicMessages(WireProtocol[ParsedMessages]):
     def parse(self, raw: bytes, options: ServiceOptions) -> ParsedMessages:
         return parse_messages(raw, options)
 
-    async def prepare(self, parsed: ParsedMessages, duet: Duet, owner: str) -> RunRequest:
+    async def prepare(self, parsed: ParsedMessages, duet: Duet, owner: str) -> WireRequest:
         wire, given = parsed
-        options = answer_options(wire, given.tools, duet.service_tool_names)
+        options, tools = answer_options(asked_options(wire), given.tools, duet.service_tool_names)
         user = wire.metadata.user_id if wire.metadata is not None else None
-        return RunRequest(wire.model, wire.stream, given.conversation, given.tools, options, user=user)  # its writers need nothing more of it
+        run_request = DuetRequest(given.conversation, tools, options, user, owner, self.new_id())
+        return WireRequest(run_request, wire.model, wire.stream)  # its writers need nothing more of it
 
     def reasoning_output(self, configured: ReasoningOutput) -> ReasoningOutput:
         """Thinking blocks are where Anthropic's clients show reasoning: ``think`` (reasoning inside
         the text, for clients that read only text) becomes them too; ``hidden`` stays hidden."""
         return "hidden" if configured == "hidden" else "reasoning_content"
 
-    def stream_writer(self, request: RunRequest, response_id: str) -> MessageStreamWriter:
+    def stream_writer(self, request: WireRequest, response_id: str) -> MessageStreamWriter:
         return MessageStreamWriter(response_id, request.model)
 
-    def fold(self, request: RunRequest, response_id: str) -> MessageFold:
+    def fold(self, request: WireRequest, response_id: str) -> MessageFold:
         return MessageFold(response_id, request.model)
 
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
