@@ -285,41 +285,47 @@ def messages_from_items(items: Sequence[Any], instructions: str | None, origins:
             raise APIError(400, f"{param}: each input item must be an object", param=param, code="invalid_request")
         kind = _kind_of(item, param, "message" if "role" in item else None)
         if kind == "message":
-            role = item.get("role")
-            content = item.get("content")
-            if role in ("system", "developer"):
-                out.add({"role": "system", "content": _text_of(content, f"{param}.content", ("input_text", "text"))}, param)
-            elif role == "user":
-                out.add({"role": "user", "content": _user_parts(content, f"{param}.content")}, param)
-            elif role == "assistant":
-                out.add({"role": "assistant", "content": _text_of(content, f"{param}.content", ("output_text", "input_text", "text"))}, param)
-            else:
-                raise APIError(400, f"{param}.role: unsupported role {str(role)[:32]!r}", param=f"{param}.role", code="invalid_request")
-        elif kind == "function_call":
-            name = flat_name(_namespace(item, param), _string(item, "name", param))
-            arguments = item.get("arguments")
-            if arguments is not None and not isinstance(arguments, str):
-                raise APIError(400, f"{param}.arguments: must be a JSON string", param=f"{param}.arguments", code="invalid_request")
-            out.call({"id": _string(item, "call_id", param), "type": "function",
-                      "function": {"name": name, "arguments": arguments or "{}"}}, param)
-        elif kind == "custom_tool_call":
-            name = flat_name(_namespace(item, param), _string(item, "name", param))
-            text = item.get("input")
-            if not isinstance(text, str):
-                raise APIError(400, f"{param}.input: must be a string", param=f"{param}.input", code="invalid_request")
-            out.call({"id": _string(item, "call_id", param), "type": "function",
-                      "function": {"name": name, "arguments": json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)}}, param)
+            out.add(_message(item, param), param)
+        elif kind in ("function_call", "custom_tool_call"):
+            out.call(_call(item, kind, param), param)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             out.add({"role": "tool", "tool_call_id": _string(item, "call_id", param),
                      "content": _output_text(item.get("output"), f"{param}.output")}, param)
-        elif kind == "reasoning":
-            continue  # the answer model never sees earlier thinking
-        else:
+        elif kind != "reasoning":  # the answer model never sees earlier thinking
             raise APIError(400, f"{param}.type: unsupported input item type {str(kind)[:64]!r}", param=f"{param}.type",
                            code="invalid_request")
     if not out.messages or all(message["role"] == "system" for message in out.messages):
         raise APIError(400, "input: the request has no input to answer", param="input", code="invalid_request")
     return out.messages, out.origins
+
+
+def _message(item: Mapping[str, Any], param: str) -> dict[str, Any]:
+    """A ``message`` item as a chat message: ``developer`` is ``system``."""
+    role = item.get("role")
+    content = item.get("content")
+    if role in ("system", "developer"):
+        return {"role": "system", "content": _text_of(content, f"{param}.content", ("input_text", "text"))}
+    if role == "user":
+        return {"role": "user", "content": _user_parts(content, f"{param}.content")}
+    if role == "assistant":
+        return {"role": "assistant", "content": _text_of(content, f"{param}.content", ("output_text", "input_text", "text"))}
+    raise APIError(400, f"{param}.role: unsupported role {str(role)[:32]!r}", param=f"{param}.role", code="invalid_request")
+
+
+def _call(item: Mapping[str, Any], kind: str, param: str) -> dict[str, Any]:
+    """A ``function_call`` or ``custom_tool_call`` item as a chat tool call (a custom tool's input as its one argument)."""
+    name = flat_name(_namespace(item, param), _string(item, "name", param))
+    if kind == "function_call":
+        arguments = item.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            raise APIError(400, f"{param}.arguments: must be a JSON string", param=f"{param}.arguments", code="invalid_request")
+        arguments = arguments or "{}"
+    else:
+        text = item.get("input")
+        if not isinstance(text, str):
+            raise APIError(400, f"{param}.input: must be a string", param=f"{param}.input", code="invalid_request")
+        arguments = json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)
+    return {"id": _string(item, "call_id", param), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def conversation_of(messages: list[dict[str, Any]], origins: Sequence[str]) -> list[Any]:
