@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Sequence
 
 from autogen_agentchat.base import Team
+from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken, ComponentModel
 from autogen_core.models import AssistantMessage, ChatCompletionClient, FunctionExecutionResultMessage, LLMMessage
 from typing_extensions import Unpack
@@ -258,30 +259,8 @@ class Duet:
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
-                if slot.first_speaker is not None:  # its turn starts before the team routes the task to it
-                    await slot.first_speaker.head_start(task, run, token)
-                    # The team's routing (AgentChat's messages, a few hundred microseconds of CPU) waits
-                    # until the first event is on its way to the client: it is not on the path of the first token.
-                    await run.head_start_under_way()
-                if slot.runtime is not None:
-                    slot.runtime.start()
-                finish_reason: FinishReason = "stop"
-                hidden_part_lost = False
-                reasoning: list[str] = []
-                async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
-                    reply = read_reply(message)
-                    if isinstance(reply, ReasoningReply):
-                        if reply.text:
-                            reasoning.append(reply.text)
-                    elif isinstance(reply, GroundingReply):
-                        grounding = reply.text or grounding  # this round's results, else the restored ones
-                    elif isinstance(reply, ClientHandoff):
-                        finish_reason = "tool_calls"
-                        kept = await self._keep(reply.turn, owner, "\n\n".join(reasoning) or earlier_reasoning or "", grounding)
-                        hidden_part_lost = not kept
-                    elif isinstance(reply, AnswerReply):
-                        finish_reason = reply.finish_reason
-                    # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
+                await self._start_team(slot, task, run, token)
+                finish_reason, hidden_part_lost = await self._follow(slot, task, token, owner, earlier_reasoning or "", grounding)
                 run.emit(Finished(finish_reason=finish_reason, hidden_part_lost=hidden_part_lost))
                 clean = True
             except asyncio.CancelledError as exc:
@@ -296,6 +275,41 @@ class Duet:
                     if not clean:
                         token.cancel()  # whatever of the run still goes on stops at its next await
                     await self._settle(slot, clean)
+
+    @staticmethod
+    async def _start_team(slot: TeamSlot, task: list[BaseChatMessage], run: DuetRun, token: CancellationToken) -> None:
+        """The first speaker's turn starts before the team routes the task to it; then the team's runtime."""
+        if slot.first_speaker is not None:
+            await slot.first_speaker.head_start(task, run, token)
+            # The team's routing (AgentChat's messages, a few hundred microseconds of CPU) waits until the
+            # first event is on its way to the client: it is not on the path of the first token.
+            await run.head_start_under_way()
+        if slot.runtime is not None:
+            slot.runtime.start()
+
+    async def _follow(self, slot: TeamSlot, task: list[BaseChatMessage], token: CancellationToken, owner: str,
+                      earlier_reasoning: str, grounding: str) -> tuple[FinishReason, bool]:
+        """Reads the team's replies until it stops: why the run finished, and whether the hidden part of
+        a round that ends with client tool calls was lost (the store was down). That hidden part is kept
+        with the reasoning it was answered with (this round's, else the restored one) and its retrieved
+        context (this round's results, else the restored ones)."""
+        finish_reason: FinishReason = "stop"
+        hidden_part_lost = False
+        reasoning: list[str] = []
+        async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
+            reply = read_reply(message)
+            if isinstance(reply, ReasoningReply):
+                if reply.text:
+                    reasoning.append(reply.text)
+            elif isinstance(reply, GroundingReply):
+                grounding = reply.text or grounding
+            elif isinstance(reply, ClientHandoff):
+                finish_reason = "tool_calls"
+                hidden_part_lost = not await self._keep(reply.turn, owner, "\n\n".join(reasoning) or earlier_reasoning, grounding)
+            elif isinstance(reply, AnswerReply):
+                finish_reason = reply.finish_reason
+            # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
+        return finish_reason, hidden_part_lost
 
     def _key(self, call_id: str, owner: str) -> str:
         return owned(owner, f"{self.name}:{call_id}")  # a pipeline only ever continues its owner's own rounds
