@@ -4,6 +4,7 @@
 (:func:`load_team`, :func:`load_team_config`, :func:`diagnose`)."""
 
 from duet.agents.pipeline._duet import Duet
+from duet.agents.pipeline._legacy_providers import OldTeamFileWarning
 from duet.agents.pipeline._result import DuetResult
 from duet.agents.pipeline._stream import MAX_BUFFERED_EVENTS, DuetStream
 from duet.agents.pipeline._team import build_team, duet_termination, export_team, reset_team
@@ -15,6 +16,7 @@ __all__ = [
     "DuetResult",
     "DuetStream",
     "MAX_BUFFERED_EVENTS",
+    "OldTeamFileWarning",
     "TeamFactory",
     "build_team",
     "diagnose",

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
@@ -152,6 +153,8 @@ def _check(args: argparse.Namespace) -> None:
     from duet.api._settings import ConfigError
     from duet.api.server._startup import check, summary, unset_keys
 
+    # Python warnings (an old team file's) as one line each, as the command's own.
+    warnings.showwarning = lambda message, category, *_: print(f"warning: {message}")
     try:
         env, config = resolve(args, CHECK_FLAGS)
         for line in summary(config, env.workers):
