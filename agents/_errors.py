@@ -25,7 +25,7 @@ is one too (an ``except`` written for that keeps working)::
                                                 protocol's error body (duet.api); every error above
                                                 that reaches a client is mapped to one
 
-Warnings: :class:`~duet.agents.pipeline.OldTeamFileWarning` (a ``FutureWarning``): a team file names
+Warnings: ``OldTeamFileWarning`` (a ``FutureWarning``, :mod:`duet.agents.pipeline`): a team file names
 Duet's components by their old top-level names (``agents.AnswerAgent``, as Duet 0.1.0 exported them);
 it loads, and says so.
 

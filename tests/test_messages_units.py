@@ -21,7 +21,11 @@ from duet.agents import DuetEvent, UpstreamStatusError, UpstreamTimeout, Upstrea
 from duet.agents._conversation import ImageURL
 from duet.agents._events import ContentDelta, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from duet.api._errors import APIError, as_api_error
-from duet.api.messages import MessageFold, MessageStreamWriter, error_body, estimate_input_tokens, read_input
+from duet.api.messages._errors import error_body
+from duet.api.messages._fold import MessageFold
+from duet.api.messages._reader import read_input
+from duet.api.messages._stream import MessageStreamWriter
+from duet.api.messages._tokens import estimate_input_tokens
 from duet.api.messages._protocol import Message, MessagesRequest, thinking_signature
 from duet.api._options import answer_options as options_for
 from duet.api.messages._reader import asked_options
