@@ -31,7 +31,7 @@ from duet.agents import Duet, DuetEvent, DuetRequest, DuetStream, Failed, Finish
 from duet.agents.continuations import DEFAULT_OWNER
 from duet.api._errors import APIError, as_api_error
 from duet.api._limits import RequestGate, is_json, shutting_down
-from duet.api.observability import current_observation
+from duet.api.observability import RequestObservation, current_observation
 from duet.api._wire import Model, ModelList
 from duet.api._rendering import Renderer, ResponseWriter
 from duet.api._settings import ServiceOptions
@@ -82,10 +82,10 @@ class CollectedWriter(ResponseWriter, Protocol):
 
 
 class Parsed(Protocol):
-    """What a protocol's reader makes of a body: at least the pipeline it asks for."""
+    """What a protocol's reader makes of a body: at least the pipeline it asks for (an attribute: read
+    on every request's way)."""
 
-    @property
-    def model(self) -> str: ...
+    model: str
 
 
 P = TypeVar("P", bound=Parsed)
@@ -105,13 +105,9 @@ class WireProtocol(Generic[P]):
 
     async def prepare(self, parsed: P, duet: Duet, owner: str) -> WireRequest:
         """The run the parsed request asks of ``duet``: its :class:`~duet.agents.DuetRequest` (request id:
-        :meth:`new_id`), in this protocol's envelope. 400s that need the pipeline's tools are raised
+        :func:`new_response_id`), in this protocol's envelope. 400s that need the pipeline's tools are raised
         here; ``owner``: whose stored state it may read (its API key's)."""
         raise NotImplementedError
-
-    def new_id(self) -> str:
-        """A new response id in this protocol's form (``chatcmpl-…``); the run goes by it too."""
-        return f"{self.id_prefix}{random_id()}"
 
     def stream_writer(self, request: WireRequest, response_id: str) -> StreamWriter:
         raise NotImplementedError
@@ -131,6 +127,11 @@ class WireProtocol(Generic[P]):
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
         """An error before the stream began (or instead of a body): the HTTP status and this protocol's body."""
         return error.response(headers=headers)
+
+
+def new_response_id(prefix: str) -> str:
+    """A new response id in a protocol's form (``chatcmpl-…``: ``prefix``); the run goes by it too."""
+    return f"{prefix}{random_id()}"
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -215,13 +216,12 @@ class Service:
         protocol's reader makes the run's request, the run starts; then the stream, or the collected body."""
         gate = self.gate
         gate.admit(self.in_flight + gate.starting)
-        parsed = await self._parse(request, protocol)
-        gate.admit(self.in_flight + gate.starting)
+        parsed = await self._read(request, protocol)
         gate.starting += 1  # from here on the request counts toward the cap
         try:
-            duet = self._pipeline_of(parsed)
+            duet, observation = self._pipeline_of(parsed)
             wire_request = await protocol.prepare(parsed, duet, owner)
-            started = await self._start(request, duet, wire_request)
+            started = await self._start(request, duet, wire_request, observation)
             if started is None:  # the client left before its run's first model request went out
                 return Response(status_code=499)
             run, disconnected, token = started
@@ -232,31 +232,35 @@ class Service:
             gate.starting -= 1
         return await self._collected(protocol, wire_request, duet, source, disconnected, token)
 
-    async def _parse(self, request: Request, protocol: WireProtocol[P]) -> P:
+    async def _read(self, request: Request, protocol: WireProtocol[P]) -> P:
         """The body, read within the gate's bounds and held against its byte budget until the protocol
         has parsed it (a refusal leaves the rest unread: the server skips it, for at most body_timeout,
         api/server/_server.py); a large body is parsed in a worker thread, and the event loop goes on
         serving others. Only JSON is read: also what keeps a web page from posting here cross-site
-        (browsers send JSON only after a CORS preflight)."""
+        (browsers send JSON only after a CORS preflight). Reading a body is not running a completion:
+        once it is read, the request is admitted again (the cap may have filled meanwhile)."""
         if not is_json(request.headers.get("content-type")):
             raise APIError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
                            param="Content-Type", code="unsupported_media_type")
         async with self.gate.body(request) as raw:
             if len(raw) > LARGE_BODY_BYTES:
-                return await asyncio.to_thread(protocol.parse, raw, self.options)
-            return protocol.parse(raw, self.options)
+                parsed = await asyncio.to_thread(protocol.parse, raw, self.options)
+            else:
+                parsed = protocol.parse(raw, self.options)
+        self.gate.admit(self.in_flight + self.gate.starting)
+        return parsed
 
-    def _pipeline_of(self, parsed: Parsed) -> Duet:
-        """The pipeline the request names (404 otherwise); the request's observation reports to it, and
-        its log line names it."""
+    def _pipeline_of(self, parsed: Parsed) -> tuple[Duet, RequestObservation | None]:
+        """The pipeline the request names (404 otherwise), and the request's observation (the run
+        reports to it; the request's log line names the pipeline)."""
         duet = self.pipeline(parsed.model)
         observation = current_observation()
         if observation is not None:
             observation.pipeline = duet.name
-        return duet
+        return duet, observation
 
-    async def _start(self, request: Request, duet: Duet,
-                     wire_request: WireRequest) -> tuple[DuetStream, asyncio.Future[None], RunToken] | None:
+    async def _start(self, request: Request, duet: Duet, wire_request: WireRequest,
+                     observation: RequestObservation | None) -> tuple[DuetStream, asyncio.Future[None], RunToken] | None:
         """Starts the run, and takes its first steps until its first model request is written (at most
         :data:`REQUEST_OUT_WAIT`): the response is made after, while the model works, not on the
         request's way out. ``None`` (the run closed) if the client left meanwhile.
@@ -265,7 +269,6 @@ class Service:
         server reads the hang-up; a hang-up the server has not read yet is found by the token's question
         (the model clients ask it as each request goes out): a client that leaves before a model call
         starts never costs one."""
-        observation = current_observation()
         if observation is not None:
             observation.stream = wire_request.stream
         token = RunToken(caller_gone=request.scope.get(CLIENT_GONE))
@@ -288,9 +291,11 @@ class Service:
 
     def _event_stream(self, protocol: WireProtocol[Any], duet: Duet, wire_request: WireRequest, run: DuetStream,
                       disconnected: asyncio.Future[None]) -> EventStreamResponse:
-        """The streamed response: the run's events rendered by the protocol's stream writer."""
+        """The streamed response: the run's events rendered by the protocol's stream writer (its opening
+        now: it leaves with the first events)."""
         writer = protocol.stream_writer(wire_request, wire_request.response_id)
         renderer = Renderer(writer, protocol.reasoning_output(duet.reasoning_output), wire_request.legacy)
+        renderer.start()
         source = _EventSource(self, run, protocol, wire_request, renderer, writer, first_wait=self.ping_interval)
         return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
                                    disconnected=disconnected, stopped=self.gate.stopped)
@@ -389,7 +394,6 @@ class _EventSource:
     async def chunks(self) -> AsyncIterator[bytes]:
         assert self._renderer is not None and self._writer is not None
         render, take = self._renderer.render, self._writer.take
-        self._renderer.start()
         for event in self._first:
             render(event)
         # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.

@@ -1,7 +1,8 @@
-"""A Chat Completions request → the :class:`~duet.agents.DuetRequest` its run gets: the messages
-through the one converter every protocol uses (:func:`duet.agents.conversation_from_openai`), the
-tools (or legacy ``functions``) as proxy tools, passed on as received, and the answer model's options
-through the one options path (:mod:`duet.api._options`) with this protocol's mapping."""
+"""A Chat Completions request → the :class:`~duet.agents.DuetRequest` its run gets, in the envelope
+its writers read (:func:`chat_request`): the messages through the one converter every protocol uses
+(:func:`duet.agents.conversation_from_openai`), the tools (or legacy ``functions``) as proxy tools,
+passed on as received, and the answer model's options through the one options path
+(:mod:`duet.api._options`) with this protocol's mapping."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from duet.workbenches import ProxyTool, proxy_tools_from_openai
 
 from duet.api._errors import APIError
 from duet.api._options import AskedOptions, ToolChoice, answer_options, sampling_args
+from duet.api._serving import WireRequest, new_response_id
 from duet.api.chat._protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
 
 SAMPLING_FIELDS = {name: name for name in ANSWER_MODEL_FIELDS}
@@ -52,9 +54,13 @@ def asked_options(request: ChatCompletionRequest) -> AskedOptions:
                         single_tool_call=legacy_functions)
 
 
-def duet_request(request: ChatCompletionRequest, body: dict[str, Any], duet: Duet, owner: str, request_id: str) -> DuetRequest:
-    """What the run gets of ``request``: everything the client sent, checked against ``duet``'s tools."""
+def chat_request(request: ChatCompletionRequest, body: dict[str, Any], duet: Duet, owner: str, id_prefix: str) -> WireRequest:
+    """What the run gets of ``request`` (everything the client sent, checked against ``duet``'s tools;
+    a new response id as its request id), and of the parsed request, what the writers need: the
+    request is not kept for as long as its stream lasts."""
     conversation = conversation_from_openai(request.messages)
     tools = client_tools_of(request, body)
     options, tools = answer_options(asked_options(request), tools, duet.service_tool_names)
-    return DuetRequest(conversation, tools, options, request.user, owner, request_id)
+    run_request = DuetRequest(conversation, tools, options, request.user, owner, new_response_id(id_prefix))
+    return WireRequest(run_request, request.model, request.stream, legacy=request.legacy_functions,
+                       state={"include_usage": request.include_usage})

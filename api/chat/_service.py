@@ -10,7 +10,7 @@ from duet.agents import Duet
 
 from duet.api.chat._fold import CompletionFold
 from duet.api.chat._protocol import ChatCompletionRequest
-from duet.api.chat._reader import duet_request
+from duet.api.chat._reader import chat_request
 from duet.api.chat._stream import ChunkEncoder, ChunkWriter
 from duet.api._serving import WireProtocol, WireRequest, validated_body
 from duet.api._settings import ServiceOptions
@@ -21,17 +21,15 @@ class ParsedChat(NamedTuple):
 
     request: ChatCompletionRequest
     body: dict[str, Any]
-
-    @property
-    def model(self) -> str:
-        return self.request.model
+    model: str  # the pipeline it names
 
 
 def parse_chat(raw: bytes, options: ServiceOptions) -> ParsedChat:
     """The validated request, and the body as parsed (tool schemas are passed on from it, untouched).
     Everything that can be refused without a model is refused here, with a 400 naming the param."""
     limits = (("messages", options.max_messages), ("tools", options.max_tools), ("functions", options.max_tools))
-    return ParsedChat(*validated_body(raw, ChatCompletionRequest, limits))
+    request, body = validated_body(raw, ChatCompletionRequest, limits)
+    return ParsedChat(request, body, request.model)
 
 
 class ChatCompletions(WireProtocol[ParsedChat]):
@@ -44,11 +42,8 @@ class ChatCompletions(WireProtocol[ParsedChat]):
         return parse_chat(raw, options)
 
     async def prepare(self, parsed: ParsedChat, duet: Duet, owner: str) -> WireRequest:
-        wire, body = parsed
-        run_request = duet_request(wire, body, duet, owner, self.new_id())
-        # Of the parsed request, the writers need one flag: the request is not kept for as long as its stream lasts.
-        return WireRequest(run_request, wire.model, wire.stream, legacy=wire.legacy_functions,
-                           state={"include_usage": wire.include_usage})
+        wire, body, _ = parsed
+        return chat_request(wire, body, duet, owner, self.id_prefix)
 
     def stream_writer(self, request: WireRequest, response_id: str) -> ChunkWriter:
         return ChunkWriter(ChunkEncoder(response_id, int(time.time()), request.model), request.state["include_usage"])

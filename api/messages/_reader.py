@@ -19,10 +19,11 @@ from typing import Any
 
 from autogen_core.models import FunctionExecutionResultMessage, LLMMessage
 
-from duet.agents import ConversationError, conversation_from_openai
+from duet.agents import ConversationError, Duet, DuetRequest, conversation_from_openai
 from duet.workbenches import ProxyTool, proxy_tools_from_openai
 
-from duet.api._options import AskedOptions, ToolChoice, sampling_args
+from duet.api._options import AskedOptions, ToolChoice, answer_options, sampling_args
+from duet.api._serving import WireRequest, new_response_id
 from duet.api._errors import APIError
 from duet.api.messages._protocol import AnyToolChoice, MessagesRequest, NamedToolChoice, NoToolChoice
 
@@ -108,6 +109,16 @@ def asked_options(request: MessagesRequest) -> AskedOptions:
         tool_choice = ToolChoice()
     parallel = False if getattr(choice, "disable_parallel_tool_use", None) else None
     return AskedOptions(create_args, tool_choice, parallel_tool_calls=parallel)
+
+
+def messages_request(request: MessagesRequest, given: MessagesInput, duet: Duet, owner: str, id_prefix: str) -> WireRequest:
+    """What the run gets of ``request``: its conversation and client tools (:func:`read_input`), the
+    answer model's options checked against ``duet``'s tools, a new response id; its writers need
+    nothing more of it."""
+    options, tools = answer_options(asked_options(request), given.tools, duet.service_tool_names)
+    user = request.metadata.user_id if request.metadata is not None else None
+    run_request = DuetRequest(given.conversation, tools, options, user, owner, new_response_id(id_prefix))
+    return WireRequest(run_request, request.model, request.stream)
 
 
 def chat_messages_of(request: MessagesRequest) -> list[dict[str, Any]]:

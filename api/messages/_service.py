@@ -8,18 +8,17 @@ from typing import NamedTuple
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from duet.agents import Duet, DuetRequest, ReasoningOutput
+from duet.agents import Duet, ReasoningOutput
 
 from duet.api._errors import APIError
 from duet.api._limits import is_json
-from duet.api._options import answer_options
 from duet.api._serving import Service, WireProtocol, WireRequest, validated_body
 from duet.api._settings import ServiceOptions
 from duet.api._validation import LARGE_BODY_BYTES
 from duet.api.messages._errors import error_response
 from duet.api.messages._fold import MessageFold
 from duet.api.messages._protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
-from duet.api.messages._reader import MessagesInput, asked_options, read_input
+from duet.api.messages._reader import MessagesInput, messages_request, read_input
 from duet.api.messages._stream import PING, MessageStreamWriter
 from duet.api.messages._tokens import estimate_input_tokens
 
@@ -30,16 +29,14 @@ class ParsedMessages(NamedTuple):
     request: MessagesRequest
     input: MessagesInput
 
-    @property
-    def model(self) -> str:
-        return self.request.model
+    model: str  # the pipeline it names
 
 
 def parse_messages(raw: bytes, options: ServiceOptions, model: type[MessagesRequest] = MessagesRequest) -> ParsedMessages:
     """The body, validated and converted: everything that can be refused without a model is refused
     here, with a 400 naming the param."""
     request, _ = validated_body(raw, model, (("messages", options.max_messages), ("tools", options.max_tools)))
-    return ParsedMessages(request, read_input(request))
+    return ParsedMessages(request, read_input(request), request.model)
 
 
 class AnthropicMessages(WireProtocol[ParsedMessages]):
@@ -53,11 +50,8 @@ class AnthropicMessages(WireProtocol[ParsedMessages]):
         return parse_messages(raw, options)
 
     async def prepare(self, parsed: ParsedMessages, duet: Duet, owner: str) -> WireRequest:
-        wire, given = parsed
-        options, tools = answer_options(asked_options(wire), given.tools, duet.service_tool_names)
-        user = wire.metadata.user_id if wire.metadata is not None else None
-        run_request = DuetRequest(given.conversation, tools, options, user, owner, self.new_id())
-        return WireRequest(run_request, wire.model, wire.stream)  # its writers need nothing more of it
+        wire, given, _ = parsed
+        return messages_request(wire, given, duet, owner, self.id_prefix)
 
     def reasoning_output(self, configured: ReasoningOutput) -> ReasoningOutput:
         """Thinking blocks are where Anthropic's clients show reasoning: ``think`` (reasoning inside

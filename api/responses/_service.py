@@ -10,7 +10,7 @@ from duet.agents import Duet, DuetRequest
 from duet.api._errors import APIError
 from duet.api._rendering import ResponseWriter
 from duet.api._options import answer_options
-from duet.api._serving import WireProtocol, WireRequest, validated_body
+from duet.api._serving import WireProtocol, WireRequest, new_response_id, validated_body
 from duet.api._settings import ServiceOptions
 from duet.api.responses._protocol import ResponsesRequest
 from duet.api.responses._reader import ClientTool, asked_options, conversation_of, messages_from_items, proxy_tools, read_tools
@@ -26,9 +26,7 @@ class ParsedResponses(NamedTuple):
     chat_tools: list[dict[str, Any]]  # the tools as the answer model gets them
     client_tools: dict[str, ClientTool]  # what each is to the client, by the name the model sees
 
-    @property
-    def model(self) -> str:
-        return self.request.model
+    model: str  # the pipeline it names
 
 
 class Responses(WireProtocol[ParsedResponses]):
@@ -48,16 +46,16 @@ class Responses(WireProtocol[ParsedResponses]):
         if isinstance(request.input, str) and not request.input:
             raise APIError(400, "input: must not be empty", param="input", code="invalid_request")
         chat_tools, client_tools = read_tools(request.tools or [], options.max_tools)
-        return ParsedResponses(request, body, chat_tools, client_tools)
+        return ParsedResponses(request, body, chat_tools, client_tools, request.model)
 
     async def prepare(self, parsed: ParsedResponses, duet: Duet, owner: str) -> WireRequest:
-        wire, body, chat_tools, client_tools = parsed
+        wire, body, chat_tools, client_tools, _ = parsed
         if wire.stored and self.refuse_when_store_down:
             await self.store.ensure_available()
         items, origins = await self._input_items(wire, body["input"], owner)
         conversation = conversation_of(*messages_from_items(items, wire.instructions, origins))
         options, tools = answer_options(asked_options(wire), proxy_tools(chat_tools), duet.service_tool_names)
-        run_request = DuetRequest(conversation, tools, options, wire.user, owner, self.new_id())
+        run_request = DuetRequest(conversation, tools, options, wire.user, owner, new_response_id(self.id_prefix))
         return WireRequest(run_request, wire.model, wire.stream, wire=wire,
                            state={"client_tools": client_tools, "items": items, "tools": body.get("tools") or []})
 
