@@ -6,7 +6,8 @@ point of a request (before the first byte, during the reasoning, during the answ
 service tool call, a non-streamed request; see ``tests/aborts.py``). After each round it waits
 until no request is in flight and prints Duet's RSS. Memory that grows round after round is a leak.
 
-Run from the repository root: ``python bench/abort_memory.py`` (``--help`` for options).
+Run from the repository root: ``python bench/abort_memory.py`` (``--help`` for options). The figures
+go to ``bench/results/abort_memory-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # tests/ (this folder, first on the path, holds bench.py)
 
 from harness import free_port, memory_mb, start_duet, stop, wait_idle  # noqa: E402
+from record import begin, save  # noqa: E402
 from tests.aborts import abort_many, abort_responder  # noqa: E402
 from tests.scripted_upstream import ScriptedUpstream  # noqa: E402
 
@@ -36,6 +38,8 @@ def main() -> None:
     parser.add_argument("--aborts", type=int, default=1000, help="hang-ups per round")
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
+    run = begin("abort_memory")
+    rss_mb: list[float] = []  # after each round; the first at the start
 
     with ScriptedUpstream(responder=abort_responder) as upstream, tempfile.TemporaryDirectory() as directory:
         config = Path(directory) / "duet.yaml"
@@ -50,16 +54,19 @@ def main() -> None:
                                  "DUET_STATE_URL": f"sqlite:///{directory}/state.db"})
         try:
             print(f"{args.aborts} hang-ups per round over every point, concurrency {args.concurrency}")
-            print(f"  round 0 (started)   RSS {memory_mb(duet.pid)[0]:.0f} MB")
+            rss_mb.append(round(memory_mb(duet.pid)[0], 1))
+            print(f"  round 0 (started)   RSS {rss_mb[-1]:.0f} MB")
             for round_number in range(1, args.rounds + 1):
                 started = time.monotonic()
                 asyncio.run(abort_many(port, "duet", args.aborts, KEY, args.concurrency))
                 if wait_idle(port, KEY) != 0:
                     raise RuntimeError("Duet did not become idle")
                 upstream.requests.clear()
-                print(f"  round {round_number} ({time.monotonic() - started:.0f} s)      RSS {memory_mb(duet.pid)[0]:.0f} MB", flush=True)
+                rss_mb.append(round(memory_mb(duet.pid)[0], 1))
+                print(f"  round {round_number} ({time.monotonic() - started:.0f} s)      RSS {rss_mb[-1]:.0f} MB", flush=True)
         finally:
             stop(duet)
+    save(run, {"rss_mb_after_each_round": rss_mb}, args)
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,8 @@ relay, Duet, the relay...; so a busy machine hits both alike), and prints the me
 - requests/s at c=1, 16 and 64 (direct: a client making both upstream calls itself);
 - resident memory at rest (started, before any request) and after the runs, and its peak.
 
-Ratios are Duet / relay. Run from the repository root: ``python bench/bench.py`` (``--help``).
+Ratios are Duet / relay. Run from the repository root: ``python bench/bench.py`` (``--help``); the
+figures go to ``bench/results/bench-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from harness import (ANSWER, REASONER, chat_body, client_session, cpu_seconds, median, memory_mb, ratio, served,
                      stream_once, throughput)
+from record import begin, save
 
 CONCURRENCY = (1, 16, 64)
 
@@ -159,13 +161,15 @@ def main() -> None:
     if args.ttft_block < 1 or args.requests < 1:
         parser.error("--ttft-block and --requests must be at least 1")
 
-    load_before = os.getloadavg()
+    run = begin("bench")
+    load_before = run.load_before
     tokens = ["--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens)]
     with served(tokens, relay=True) as services:
         servers = {"duet": (services.duet.pid, f"{services.base_url}/v1/chat/completions"),
                    "relay": (services.relay.pid, f"{services.relay_url}/v1/chat/completions")}  # type: ignore[union-attr]
         results = asyncio.run(measure(args, servers, f"{services.upstream_base}/chat/completions"))
     load_after = os.getloadavg()
+    save(run, results, args)
     if args.json:
         print(json.dumps({**results, "load_average": {"before": load_before, "after": load_after}}, indent=2))
         return

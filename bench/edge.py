@@ -23,7 +23,8 @@ of JSON per scenario:
 - ``sigterm_drain``: five long streams in flight, SIGTERM, ``DUET_SHUTDOWN_TIMEOUT=2``: how long
   the process takes to exit, and how each stream ended.
 
-Run from the repository root: ``.venv/bin/python bench/edge.py [scenario ...]``.
+Run from the repository root: ``.venv/bin/python bench/edge.py [scenario ...]``. The lines go to
+``bench/results/edge-<time>.json`` too (``record.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import DuetServer  # noqa: E402
 from tests.scripted_upstream import Reply, ScriptedUpstream  # noqa: E402
+from record import begin, save  # noqa: E402
 
 KEY = "bench-key"
 MB = 1_000_000
@@ -321,10 +323,14 @@ SCENARIOS = {f.__name__: f for f in (bodies, valid_bodies, slow_bodies, big_body
 
 def main() -> None:
     chosen = sys.argv[1:] or list(SCENARIOS)
+    run = begin("edge")
+    figures: list[dict[str, object]] = []
     with ScriptedUpstream() as upstream, tempfile.TemporaryDirectory() as tmp:
         upstream.set_default(lambda body: Reply(reasoning=["thinking"], content=["ok"], delay=0.2))
         for name in chosen:
-            print(json.dumps(SCENARIOS[name](upstream, Path(tmp))), flush=True)
+            figures.append(SCENARIOS[name](upstream, Path(tmp)))
+            print(json.dumps(figures[-1]), flush=True)
+    save(run, figures, {"scenarios": chosen})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The big fuzz campaign: thousands of hostile bodies per protocol route, and a schema-driven run
-from ``/openapi.json``, against ``duet serve`` over real HTTP; the counts go to ``bench/results/fuzz.json``.
+from ``/openapi.json``, against ``duet serve`` over real HTTP; the counts go to ``bench/results/fuzz-<time>.json``.
 
 Two kinds of bodies, each route in turn (the tests run the same with a small budget):
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from tests.conftest import API_KEY, DuetServer, pipelines_config  # noqa: E402
 from tests.fuzzing import ROUTES, Route, Tally, hostile_body, problems  # noqa: E402
 from tests.schema_fuzzing import OPERATIONS, SchemaFuzz  # noqa: E402
+from record import begin, save  # noqa: E402
 from tests.scripted_upstream import ScriptedUpstream  # noqa: E402
 
 CAMPAIGN = dict(phases=[Phase.generate], database=None, deadline=None, suppress_health_check=list(HealthCheck))  # counts, no shrinking
@@ -96,14 +96,12 @@ def main() -> None:
     parser.add_argument("--schema-bodies", type=int, default=2000, help="schema-driven requests per route, half valid (default 2000; 0: none)")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--routes", default=",".join(ROUTES), help=f"property-based routes (default: {','.join(ROUTES)})")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fuzz.json")
+    parser.add_argument("--out", type=Path, help="the results file (default: bench/results/fuzz-<time>.json)")
+    parser.add_argument("--label", default="", help="a note kept with the results (which code ran)")
     args = parser.parse_args()
 
-    results: dict[str, Any] = {
-        "command": " ".join(["bench/fuzz.py", *sys.argv[1:]]),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-        "seed": args.seed, "property_based": {}, "schema_driven": {},
-    }
+    run = begin("fuzz")
+    results: dict[str, Any] = {"seed": args.seed, "property_based": {}, "schema_driven": {}}
     started = time.monotonic()
     directory = Path(tempfile.mkdtemp(prefix="duet-fuzz-"))
     with ScriptedUpstream() as upstream:
@@ -127,8 +125,7 @@ def main() -> None:
     results["log_errors"] = log.count("unexpected error") + log.count("Traceback")
     results["totals"] = totals(results)
     results["seconds"] = round(time.monotonic() - started)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    save(run, results, {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, args.label, args.out)
     print(json.dumps(results["totals"], indent=2))
     sys.exit(0 if not any(results["totals"][key] for key in ("5xx", "200_with_error", "failed_at_upstream", "other_problems")) else 1)
 

@@ -12,7 +12,8 @@ Starts the scripted upstream, ``duet serve`` and the relay as separate processes
   divided by the number of streams; and the streams' median duration.
 
 Ratios are Duet / relay. Run from the repository root: ``python bench/growth.py`` (``--help``); only
-the memory case: ``python bench/growth.py --history "" --tools ""``.
+the memory case: ``python bench/growth.py --history "" --tools ""``. The figures go to
+``bench/results/growth-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from typing import Any
 
 from harness import chat_body, client_session, cpu_seconds, median, memory_mb, ratio, served, stream_once
+from record import begin, save
 
 TOOL_CALL_MARK = "[call a tool]"  # tests/scripted_upstream.py: BENCH_TOOL_CALL_MARK
 SENTENCE = "We could meet at the lake on Saturday; bring sandwiches, fruit, water and a blanket for four people. "
@@ -141,7 +143,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
-    load_before = os.getloadavg()
+    run = begin("growth")
+    load_before = run.load_before
     started = time.monotonic()
     cpu: dict[str, dict[str, float]] = {}
     if args.history or args.tools:
@@ -154,6 +157,7 @@ def main() -> None:
         with served(["--delay-between", str(args.delay_between)], env, relay=True) as services:
             memory = asyncio.run(measure_memory(args, servers_of(services)))
     load_after = os.getloadavg()
+    save(run, {"cpu_ms_per_request": cpu, "memory": memory}, args)
     if args.json:
         print(json.dumps({"cpu_ms_per_request": cpu, "memory": memory, "load_average": {"before": load_before, "after": load_after}}, indent=2))
         return

@@ -29,7 +29,7 @@ turn unless said otherwise:
   per protocol; each worker's RSS after each round (once no request is in flight), and its growth
   per round (the least-squares slope over the protocol's rounds, and over them after the first).
 
-Writes ``bench/results/hang_up_costs-<time>.json`` and prints a summary. Run from the repository
+Writes ``bench/results/hang_up_costs-<time>.json`` (``record.py``) and prints a summary. Run from the repository
 root: ``.venv/bin/python bench/hang_up_costs.py`` (``--help`` for options).
 """
 
@@ -56,10 +56,10 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this scrip
 
 from harness import ANSWER, REASONER, ROOT, cpu_seconds, free_port, in_flight, memory_mb, start_duet, stop, wait_up  # noqa: E402
 from tests.aborts import LONG_STORY, PROBE, PROTOCOLS, abort_many, protocol_request, read_until  # noqa: E402
+from record import begin, save  # noqa: E402
 
 LATE_AFTER = 0.010  # a model call that reaches the upstream later than this after its client's hang-up is late
 CLOSED_WITHIN = 0.050  # an upstream stream open at a hang-up must be closed within this
-RESULTS = ROOT / "bench" / "results"
 
 
 @dataclass
@@ -521,7 +521,8 @@ def main() -> None:
     args = parser.parse_args()
     parts = set(args.parts.split(","))
 
-    results: dict[str, Any] = {"label": args.label, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "args": vars(args)}
+    run = begin("hang_up_costs")
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder, upstream_process(Path(folder)) as upstream:
         directory = Path(folder)
         if parts & {"late", "tool", "open", "stall"}:
@@ -537,11 +538,8 @@ def main() -> None:
         if "memory" in parts:
             results["memory"] = part_memory(upstream, directory, args.rounds, args.round_size, args.workers, args.warm_up)
     results["summary"] = summary(results)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"hang_up_costs-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    save(run, results, args, args.label)
     print("\n".join(results["summary"]))
-    print(f"results: {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

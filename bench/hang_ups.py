@@ -6,7 +6,8 @@ processes on loopback, sends ``--requests`` requests that are each abandoned at 
 RST), then counts the lines of Duet's log that would page someone: ERROR lines, "Task exception
 was never retrieved" and tracebacks. An ordinary hang-up should produce none.
 
-Run from the repository root: ``python bench/hang_ups.py`` (``--help`` for options).
+Run from the repository root: ``python bench/hang_ups.py`` (``--help`` for options). The counts go to
+``bench/results/hang_ups-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
 
 from harness import in_flight, served, wait_idle  # noqa: E402
+from record import begin, save  # noqa: E402
 from tests.hang_ups import hang_ups  # noqa: E402
 
 
@@ -31,6 +33,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
+    run = begin("hang_ups")
     upstream_args = ["--reasoning-tokens", "10", "--answer-tokens", "10", "--delay-between", "0.02"]
     with tempfile.TemporaryFile("w+") as log:
         with served(upstream_args, log=log) as services:
@@ -54,6 +57,10 @@ def main() -> None:
         kinds[kind] = kinds.get(kind, 0) + 1
     for kind, count in sorted(kinds.items(), key=lambda item: -item[1]):
         print(f"    {count:>5}  {kind}")
+    save(run, {"hang_ups": args.requests, "seconds": round(took, 1), "in_flight_afterwards": left, "error_lines": len(errors),
+               "task_exception_never_retrieved": sum("Task exception was never retrieved" in line for line in lines),
+               "task_done_too_many_times": sum("task_done() called too many times" in line for line in lines),
+               "tracebacks": sum(line.startswith("Traceback") for line in lines), "error_kinds": kinds}, args)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ client tools, then prints Duet's own CPU time per request (user + system, from /
 concurrency 1 and ``--concurrency``, and the median time to first token at concurrency 1.
 ``--profile FILE`` also records Duet with py-spy (collapsed stacks) during the concurrent run.
 
-Run from the repository root: ``python bench/hot_path.py --history 200 --tools 128``.
+Run from the repository root: ``python bench/hot_path.py --history 200 --tools 128``. The figures go
+to ``bench/results/hot_path-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from harness import cpu_seconds, served
+from record import begin, save
 
 
 def request_body(history: int, tools: int) -> dict[str, Any]:
@@ -119,8 +121,10 @@ def main() -> None:
     parser.add_argument("--profile", help="record Duet with py-spy (raw collapsed stacks) into this file during the concurrent run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    run = begin("hot_path")
     with served(["--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens)]) as services:
         results = asyncio.run(measure(args, services.duet.pid, f"{services.base_url}/v1/chat/completions"))
+    save(run, results, args)
     if args.json:
         print(json.dumps(results))
         return

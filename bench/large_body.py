@@ -13,7 +13,8 @@ Cases (each is refused before any model runs, so what is measured is reading the
 - ``30mb-tiny-values``: a valid request with an extra field of 10 million empty arrays (the
   body that takes longest to parse per byte).
 
-Run from the repository root: ``python bench/large_body.py`` (``--help`` for options).
+Run from the repository root: ``python bench/large_body.py`` (``--help`` for options). The figures go
+to ``bench/results/large_body-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 import aiohttp
 
 from harness import memory_mb, served
+from record import begin, save
 
 ROOT = Path(__file__).resolve().parent.parent
 USER = {"role": "user", "content": ""}
@@ -100,8 +102,10 @@ def main() -> None:
     parser.add_argument("--case", action="append", help="run only these cases (default: all)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    run = begin("large_body")
     bodies = cases()
     results = {name: run_case(name, body) for name, body in bodies.items() if not args.case or name in args.case}
+    save(run, results, args)
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -3,7 +3,8 @@ read bare, then watched as ``duet serve`` watches them (metrics, the request's l
 then with traces on (spans batched for an exporter that drops them). Interleaved rounds, medians of
 the microseconds per request. A busy machine inflates all three alike; the differences are the cost.
 
-Run from the repository root: ``python bench/observability.py`` (``--help``).
+Run from the repository root: ``python bench/observability.py`` (``--help``). The figures go to
+``bench/results/observability-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from duet.agents._observe import observe_model_call
 from duet.api.observability._logs import configure_logging
 from duet.api.observability._requests import Observability, RequestObservation
+from record import begin, save  # this script's folder
 
 RESULT = CreateResult(finish_reason="stop", content="x", usage=RequestUsage(prompt_tokens=50, completion_tokens=40), cached=False)
 
@@ -63,6 +65,7 @@ async def main() -> None:
     parser.add_argument("--pieces", type=int, default=40, help="pieces per model stream")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     args = parser.parse_args()
+    run = begin("observability")
     configure_logging("info", args.log_format)
     for handler in logging.getLogger().handlers:
         handler.setStream(io.StringIO())  # type: ignore[attr-defined]  # formatted, not printed
@@ -85,6 +88,7 @@ async def main() -> None:
         median = statistics.median(values)
         print(f"| {name} | {median:.1f} | {median - bare:+.1f} |")
     provider.shutdown()
+    save(run, {"us_per_request": {name: statistics.median(values) for name, values in figures.items()}, "rounds": figures}, args)
 
 
 if __name__ == "__main__":

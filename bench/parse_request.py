@@ -7,7 +7,8 @@ tools as a Responses request (``responses-tool-heavy``) and as a Messages reques
 (``messages-tool-heavy``: ``input_schema``). A repeated tool list is validated once per content, as
 clients send it with every request. Prints the best of ``--repeat`` rounds, per call, in microseconds.
 
-Run from the repository root: ``.venv/bin/python bench/parse_request.py``.
+Run from the repository root: ``.venv/bin/python bench/parse_request.py``. The figures go to
+``bench/results/parse_request-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from duet.api.chat._service import parse_chat
 from duet.api.messages._service import parse_messages
 from duet.api.responses import Responses
 from duet.api._settings import ServiceOptions
+from record import begin, save  # this script's folder
 
 USER = {"role": "user", "content": "hi"}
 PROPERTIES = {f"p{j}": {"type": "string", "description": "a field", "enum": ["a", "b"]} for j in range(4)}
@@ -53,6 +55,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    run = begin("parse_request")
+    figures: dict[str, dict[str, float]] = {}
     options = ServiceOptions()
     responses = Responses(None)  # type: ignore[arg-type] # parsing reads no store
     readers = {name: (raw, parse_chat) for name, raw in bodies().items()}
@@ -67,6 +71,8 @@ def main() -> None:
                 parse(raw, options)
             best = min(best, (time.perf_counter() - started) / calls)
         print(f"{name:22} {len(raw):>9} bytes  {best * 1e6:10.1f} us")
+        figures[name] = {"bytes": len(raw), "best_us": best * 1e6}
+    save(run, figures, args)
 
 
 if __name__ == "__main__":

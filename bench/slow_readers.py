@@ -7,7 +7,8 @@ fills), and samples Duet's resident memory and its in-flight count every ``--int
 Without backpressure Duet keeps reading the upstream into memory for clients that read nothing;
 with it, each stream holds a bounded amount until ``write_timeout`` cancels it.
 
-Run from the repository root: ``python bench/slow_readers.py`` (``--help`` for options).
+Run from the repository root: ``python bench/slow_readers.py`` (``--help`` for options). The samples
+go to ``bench/results/slow_readers-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 
 
 from harness import in_flight, memory_mb, served
+from record import begin, save
 
 
 def unread_stream(port: int) -> socket.socket:
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the samples as JSON")
     args = parser.parse_args()
 
+    run = begin("slow_readers")
     env = {"DUET_WRITE_TIMEOUT": str(args.write_timeout)} if args.write_timeout is not None else {}
     sockets: list[socket.socket] = []
     samples: list[dict[str, float | str]] = []
@@ -71,6 +74,7 @@ def main() -> None:
         finally:
             for sock in sockets:
                 sock.close()
+    save(run, {"rss_started_mb": round(started_mb, 1), "samples": samples}, args)
     if args.json:
         print(json.dumps({"rss_started_mb": round(started_mb, 1), "samples": samples}, indent=2))
         return

@@ -14,7 +14,8 @@ answers, each round followed by its follow-up (which reads the store).
 
 Run from the repository root: ``python bench/store_bench.py`` (``--help`` for options). It uses only
 the stores' constructors and ``put``/``get``, so it also measures an older checkout: run it with that
-checkout first on ``PYTHONPATH`` (the path of the module it measures is printed first).
+checkout first on ``PYTHONPATH`` (the path of the module it measures is printed first). The figures
+go to ``bench/results/store_bench-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from autogen_core.models import AssistantMessage, FunctionExecutionResult, Funct
 
 from duet.agents import continuations
 from duet.agents.continuations import Continuation, MemoryContinuationStore, RedisContinuationStore, SQLiteContinuationStore
+from record import begin, save  # this script's folder
 
 TTL = 24 * 3600.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,12 +102,17 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-async def run(sizes: list[int], count: int, kinds: list[str]) -> None:
+async def run(sizes: list[int], count: int, kinds: list[str]) -> list[dict[str, Any]]:
+    """Prints and returns the milliseconds per call of each store and size."""
+    figures: list[dict[str, Any]] = []
     payload = a_round().model_dump_json()
     print(f"module: {continuations.__file__}")
     print(f"{'store':8} {'rows':>8}   {'put mean':>9} {'p50':>7} {'max':>7}   {'get mean':>9} {'p50':>7} {'max':>7}   (ms)")
 
     def report(kind: str, rows: int, puts: list[float], gets: list[float]) -> None:
+        figures.append({"store": kind, "rows": rows,
+                        **{f"{name}_ms": {"mean": statistics.fmean(costs), "p50": statistics.median(costs), "max": max(costs)}
+                           for name, costs in (("put", puts), ("get", gets))}})
         print(f"{kind:8} {rows:>8}   {statistics.fmean(puts):9.3f} {statistics.median(puts):7.3f} {max(puts):7.2f}"
               f"   {statistics.fmean(gets):9.3f} {statistics.median(gets):7.3f} {max(gets):7.2f}", flush=True)
 
@@ -153,6 +160,7 @@ async def run(sizes: list[int], count: int, kinds: list[str]) -> None:
         if redis_process is not None:
             redis_process.terminate()
             redis_process.wait(10)
+    return figures
 
 
 def serve_mixed_rounds(port: int) -> None:
@@ -225,8 +233,11 @@ def hung_server() -> int:
     return listener.getsockname()[1]  # type: ignore[no-any-return]
 
 
-def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -> None:
+def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -> list[dict[str, Any]]:
+    """Prints and returns each run's requests/s, latencies, share of 200s and log counts."""
     import duet.agents.continuations as measured
+
+    runs: list[dict[str, Any]] = []
 
     print(f"module: {measured.__file__}")
     checkout = Path(measured.__file__).resolve().parents[2]  # duet serve runs the code measured
@@ -267,12 +278,15 @@ def http_bench(sizes: list[int], concurrency: int, seconds: float, state: str) -
                     duet.wait(30)
                 text = log.read_text()
                 label = f"rows {rows:>8}" if state == "sqlite" else state
+                runs.append({"state": state, "rows": rows if state == "sqlite" else None, **figures,
+                             "warnings": text.count(" WARNING "), "tracebacks": text.count("Traceback")})
                 print(f"{label}: {figures['rps']:6.1f} requests/s, p50 {figures['p50']:6.0f} ms, max {figures['max']:6.0f} ms, "
                       f"HTTP 200 {figures['ok']:5.1f}%; log: {text.count(' WARNING ')} warnings, {text.count('Traceback')} tracebacks",
                       flush=True)
     finally:
         upstream.terminate()
         upstream.wait(10)
+    return runs
 
 
 def main() -> None:
@@ -291,10 +305,13 @@ def main() -> None:
     sizes = [int(n) for n in args.rows.split(",")]
     if args.serve_upstream:
         serve_mixed_rounds(args.serve_upstream)
-    elif args.http:
-        http_bench(sizes, args.concurrency, args.seconds, args.state)
+        return
+    started = begin("store_bench")
+    if args.http:
+        figures = http_bench(sizes, args.concurrency, args.seconds, args.state)
     else:
-        asyncio.run(run(sizes, args.calls, args.stores.split(",")))
+        figures = asyncio.run(run(sizes, args.calls, args.stores.split(",")))
+    save(started, {"module": continuations.__file__, "runs": figures}, args)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ Prints the best of ``--repeat`` runs, in milliseconds, for each conversion.
 Run from the repository root: ``.venv/bin/python bench/transcript.py``. With ``--http``, also over
 HTTP: a fresh ``duet serve`` (scripted upstream) gets that conversation, answered, while a probe
 client sends ``GET /v1/models`` back to back; the probe's worst latency is how long every other
-client waited (the harness of ``bench/large_body.py``).
+client waited (the harness of ``bench/large_body.py``). The figures go to
+``bench/results/transcript-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from autogen_core.models import AssistantMessage, FunctionExecutionResult, Funct
 
 from duet.agents.continuations import Continuation, splice
 from duet.agents._conversation import as_transcript, conversation_from_openai, without_images
+from record import begin, save  # this script's folder
 
 
 def best_ms(work, repeat: int) -> float:
@@ -38,24 +40,32 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--http", action="store_true", help="also send it to duet serve while probing its event loop")
     args = parser.parse_args()
+    run = begin("transcript")
+    figures: dict[str, object] = {}
     messages = [{"role": "user", "content": "x" * args.size} for _ in range(args.messages)]
     conversation = conversation_from_openai(messages)
     print(f"{args.messages} user messages of {args.size} characters (best of {args.repeat})")
-    print(f"conversation_from_openai  {best_ms(lambda: conversation_from_openai(messages), args.repeat):9.1f} ms")
-    print(f"without_images            {best_ms(lambda: without_images(conversation), args.repeat):9.1f} ms")
-    print(f"as_transcript             {best_ms(lambda: as_transcript(conversation), args.repeat):9.1f} ms")
+    figures["conversation_from_openai_ms"] = best_ms(lambda: conversation_from_openai(messages), args.repeat)
+    print(f"conversation_from_openai  {figures['conversation_from_openai_ms']:9.1f} ms")
+    figures["without_images_ms"] = best_ms(lambda: without_images(conversation), args.repeat)
+    print(f"without_images            {figures['without_images_ms']:9.1f} ms")
+    figures["as_transcript_ms"] = best_ms(lambda: as_transcript(conversation), args.repeat)
+    print(f"as_transcript             {figures['as_transcript_ms']:9.1f} ms")
     # A tool round after the long history, put back from its continuation.
     call = AssistantMessage(content=[], source="assistant")
     results = FunctionExecutionResultMessage(content=[FunctionExecutionResult(content="r", call_id="c", name="f")])
     tail = [*conversation, call, results]
     continuation = Continuation(turn=[call, results], reasoning="")
-    print(f"splice                    {best_ms(lambda: splice(tail, len(conversation), continuation), args.repeat):9.1f} ms")
+    figures["splice_ms"] = best_ms(lambda: splice(tail, len(conversation), continuation), args.repeat)
+    print(f"splice                    {figures['splice_ms']:9.1f} ms")
     if args.http:
         from large_body import run_case  # this directory is on the path when the script runs
 
         r = run_case("answered", json.dumps({"model": "duet", "messages": messages}).encode())
         print(f"over HTTP: {r['body_mb']:.1f} MB -> HTTP {r['status']} in {r['request_s'] * 1000:.0f} ms; probe worst "
               f"{r['probe_max_ms']:.0f} ms (idle worst {r['probe_idle_max_ms']:.0f} ms, p50 {r['probe_p50_ms']:.1f} ms, n={r['probes']})")
+        figures["http"] = r
+    save(run, figures, args)
 
 
 if __name__ == "__main__":

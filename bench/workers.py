@@ -3,7 +3,8 @@ tokens from the scripted upstream) at concurrency 16 and 64, for each worker cou
 interleaved rounds (medians), with Duet's CPU per request summed over its processes.
 
 Run from the repository root: ``python bench/workers.py`` (``--help`` for options). The upstream,
-the client and Duet share the machine: on 2 cores, a second worker competes with both.
+the client and Duet share the machine: on 2 cores, a second worker competes with both. The figures
+go to ``bench/results/workers-<time>.json`` (``record.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import aiohttp
 import httpx
 
 from harness import cpu_seconds, served
+from record import begin, save
 
 CONCURRENCIES = (16, 64)
 BODY = {"model": "duet", "stream": True, "messages": [{"role": "user", "content": "Plan a picnic for four."}]}
@@ -88,11 +90,13 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
+    run = begin("workers")
     runs: dict[int, list[dict[str, float]]] = {count: [] for count in args.workers}
     for _ in range(args.rounds):
         for count in args.workers:
             runs[count].append(measure(count, args))
-    medians = {count: {key: statistics.median(run[key] for run in results) for key in results[0]} for count, results in runs.items()}
+    medians = {count: {key: statistics.median(one[key] for one in results) for key in results[0]} for count, results in runs.items()}
+    save(run, {"rounds": runs, "medians": medians}, args)
     if args.json:
         print(json.dumps({"rounds": runs, "medians": medians}, indent=2))
         return

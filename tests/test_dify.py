@@ -45,7 +45,7 @@ class Dify:
         return answer["result"]
 
     def credentials(self, **extra: Any) -> dict[str, Any]:
-        """What a Dify user enters for an "OpenAI-API-compatible" model, as the README recommends."""
+        """What a Dify user enters for an "OpenAI-API-compatible" model, as the manual recommends (docs/clients.md)."""
         return {
             "endpoint_url": f"{self._duet.base_url}/v1",
             "api_key": API_KEY,

@@ -3,7 +3,7 @@
 The search service is a loopback HTTP server that speaks Tavily's request and response shapes
 (``POST /search`` with a bearer key, ``{"query", "max_results"}`` in, ``{"query", "answer",
 "results": [{"title", "url", "content", "score"}]}`` out) and SearXNG's JSON (``GET /searx?q=...``);
-Duet calls it through HTTP tools configured as the README shows.
+Duet calls it through HTTP tools configured as the manual shows (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def search() -> Iterator[tuple[str, SearchService]]:
 
 
 def search_tools(search_url: str) -> dict[str, Any]:
-    """The Tavily and SearXNG HTTP tools, as the README configures them (the key from the environment)."""
+    """The Tavily and SearXNG HTTP tools, as the manual configures them (the key from the environment)."""
     return {"http": [
         {"name": "web_search", "description": "Search the web (Tavily).", "url": f"{search_url}/search", "method": "POST",
          "headers": {"Authorization": "Bearer ${TAVILY_API_KEY}"},

@@ -355,6 +355,17 @@ def test_the_agents_sdk_takes_responses_that_could_not_be_stored(store_down: Due
     assert result["final"] == "It is sunny in Paris." and result["calls"] == ["Paris"]
 
 
+def logged(server: DuetServer, line: str, times: int, timeout: float = 10) -> bool:
+    """Whether the server's log holds ``line`` exactly ``times`` times, once it has written that many (or
+    after ``timeout`` seconds): a request's log line follows its answer, so it is waited for, not raced."""
+    deadline = time.monotonic() + timeout
+    count = server.log.read_text().count(line)
+    while count < times and time.monotonic() < deadline:
+        time.sleep(0.02)
+        count = server.log.read_text().count(line)
+    return count == times
+
+
 def test_store_outage_refuse_answers_503_before_any_model_call(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     server = serve(upstream, tmp_path, f"redis://127.0.0.1:{free_port()}/0", DUET_STORE_OUTAGE="refuse")
     try:
@@ -366,10 +377,11 @@ def test_store_outage_refuse_answers_503_before_any_model_call(upstream: Scripte
             refused = post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "input": "hi", "stream": stream})
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
             assert refused.json()["error"]["code"] == "store_unavailable"
-        refusals = server.log.read_text().count("POST /v1/responses status=503")
+        refused_lines = "POST /v1/responses status=503"
+        assert logged(server, refused_lines, 2)  # the request's log line is written as its answer ends: waited for
         with pytest.raises(openai.InternalServerError):
             sdk(server, retries=1).responses.create(model=PIPELINE, input="hi")  # retried after Retry-After, refused again
-        assert server.log.read_text().count("POST /v1/responses status=503") == refusals + 2
+        assert logged(server, refused_lines, 4)
         assert len(upstream.requests) == calls  # none of them reached a model
         assert post(server, KEY_A, "/v1/responses", {"model": PIPELINE, "input": "hi", "store": False}).status_code == 200
         assert chat_round(upstream, server, KEY_A).headers["duet-unsaved"] == "tool_round"  # a tool round never asks to store

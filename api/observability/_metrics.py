@@ -63,7 +63,7 @@ class BoundedLabels:
 
 
 class Metrics:
-    """Every metric the service exports (the README's list, "Operations → Metrics, traces, logs")."""
+    """Every metric the service exports (the manual's list: docs/operations.md, "Metrics, traces, logs")."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
