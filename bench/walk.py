@@ -28,11 +28,12 @@ request untraced (the caches a steady service has are warm). The traced request 
   calls*), with its package switches: what the steps leave out, so that hiding calls in helpers
   shows.
 
-Prints each step (package, function, the flow function that made it) and the totals, and writes
-them to ``bench/results/walk-<label>.json``. ``--root`` runs the code of another checkout (a ``git
-worktree`` of an older commit) with this checkout's scripted upstream::
+Prints each step (package, function, the flow function that made it) and the totals, and records
+them (``bench/results/walk-<time>.json``, :mod:`record`; ``figures.walked_commit`` is the code
+walked). ``--root`` runs the code of another checkout (a ``git worktree`` of an older commit) with
+this checkout's scripted upstream::
 
-    python bench/walk.py                                     # this checkout
+    python bench/walk.py --label after                       # this checkout
     git worktree add --detach /tmp/duet-old dfb86bf
     python bench/walk.py --root /tmp/duet-old --label before
 """
@@ -49,6 +50,8 @@ import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from record import begin, save  # this script's folder
 
 HERE = Path(__file__).resolve().parent.parent
 ROOMS = ("agents", "api", "workbenches", "duet")
@@ -242,19 +245,17 @@ async def measure(root: Path) -> Walk:
         return tracer.walk
 
 
-def label_of(root: Path) -> str:
-    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return commit or "unknown"
+def commit_of(root: Path) -> str:
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
-def report(walk: Walk, label: str, root: Path) -> dict[str, Any]:
+def report(walk: Walk, root: Path) -> dict[str, Any]:
     before = [step.package for step in walk.steps[: walk.response_object_at or 0]]
     to_byte = walk.steps[: walk.first_byte_at or len(walk.steps)]
     calls = [call.package for call in walk.calls[: walk.calls_at_response_object or 0]]
     return {
-        "label": label,
         "root": str(root),
-        "commit": label_of(root),
+        "walked_commit": commit_of(root),
         "before_response_object": {"steps": len(before), "package_switches": switches(before),
                                    "all_calls": len(calls), "all_calls_package_switches": switches(calls)},
         "to_first_sse_byte": {"steps": len(to_byte), "package_switches": switches([step.package for step in to_byte])},
@@ -266,14 +267,15 @@ def report(walk: Walk, label: str, root: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=HERE, help="the checkout whose code is walked (default: this one)")
-    parser.add_argument("--label", help="names the results file (default: the checkout's commit)")
+    parser.add_argument("--label", default="", help="a note in the results file (before, after...)")
     parser.add_argument("--all", action="store_true", help="also print every call of the route's task before the response object")
     args = parser.parse_args()
     root = args.root.resolve()
     if root != HERE:
         use_checkout(root)
+    run = begin("walk")
     walk = asyncio.run(measure(root))
-    result = report(walk, args.label or label_of(root), root)
+    result = report(walk, root)
     for index, step in enumerate(result["steps"], 1):
         print(f"{index:3d}  {step['package']:<24} {step['function']:<48} from {step['caller']}")
         if index == result["before_response_object"]["steps"]:
@@ -286,9 +288,7 @@ def main() -> None:
     print(f"before the response object: {before['steps']} steps, {before['package_switches']} package switches "
           f"(all calls of the route's task: {before['all_calls']}, {before['all_calls_package_switches']} package switches)")
     print(f"to the first SSE byte: {to_byte['steps']} steps, {to_byte['package_switches']} package switches")
-    out = HERE / "bench" / "results" / f"walk-{result['label']}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {out.relative_to(HERE)}")
+    save(run, result, {"root": str(root), "label": args.label, "all": args.all}, label=args.label)
 
 
 if __name__ == "__main__":
