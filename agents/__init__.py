@@ -1,40 +1,51 @@
 """The duet: a reasoning agent and an answer agent on an AutoGen runtime, sharing one workbench.
 
-Public API:
+Public API, by who needs it:
 
-- :class:`Duet` — a pipeline ready to run (from settings or a team file); ``stream()`` yields events;
-  :class:`TeamFactory` makes every team it serves (shared model clients, the lean runtime);
-- the run binding: :class:`DuetRun` (a request's event sink, workbench and options), bound for a run by
-  :func:`bind_run`; :func:`current_run`; :func:`task_messages` (the task a team is handed; the driver↔agent
-  messages are built and read in :mod:`duet.agents._messages`);
-- :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents (AutoGen components), and
-  :class:`GroundingAgent`, which runs search tools before the reasoner when a pipeline has ``grounding``;
-- :class:`ReasonedAssistantMessage`, :class:`ModelReasoning` — a thinking answer model's own reasoning on
-  a tool-calling turn, kept and sent back (:mod:`duet.agents._model_reasoning`);
-- :func:`build_team` — the two agents as a ``RoundRobinGroupChat`` (what is served and exported);
-- :func:`export_team` — a pipeline as a team component for AutoGen Studio or ``duet serve --team``;
-- :class:`OpenAICompatibleClient` — the lean streaming model client (an AutoGen ``ChatCompletionClient``),
-  whose stream yields reasoning as :class:`ReasoningText` pieces and the answer as plain ``str``, then an
-  :class:`UpstreamResult`;
-- settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`, :class:`ModelSettings`,
-  :class:`GroundingSettings`, built from the components' own option models (:class:`ModelClientOptions`,
-  :class:`ReasoningAgentOptions`, :class:`AnswerAgentOptions`, :class:`DuetAgentOptions`, :class:`GroundingAgentOptions`);
-- events: :class:`ReasoningDelta`, :class:`ContentDelta`, :class:`ToolCallsRequested`, :class:`Usage`,
-  :class:`Finished`, :class:`Failed` (the ``DuetEvent`` union); :class:`ReasoningParagraphs` (how reasoning
-  from two sources is joined);
-- :class:`RunToken` — a run's cancellation token (forgets the futures it linked once they are done);
-- :func:`conversation_from_openai` — OpenAI ``messages`` → AutoGen ``LLMMessage`` objects;
-- :func:`random_id` — a random id for what a client sees (requests, responses, their items);
-- errors: :class:`UpstreamError` and its subclasses, :class:`TeamLoadError`, :class:`RunNotBoundError`.
+Running the duet (a Python program, and the HTTP service):
+
+- :class:`Duet` — a pipeline ready to run, from settings or a team file; :meth:`Duet.start` takes a
+  :class:`DuetRequest` (the conversation, the client's tools, the :class:`AnswerOptions`, who asks)
+  or OpenAI-style lists, and returns a :class:`DuetStream`; ``stream()`` yields its events,
+  ``run()`` collects them into a :class:`DuetResult`; :class:`RunToken` — a run's cancellation token
+  (it can ask whether the client is gone); :func:`conversation_from_openai` — OpenAI ``messages`` →
+  AutoGen ``LLMMessage`` objects;
+- settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`,
+  :class:`ModelSettings`, :class:`GroundingSettings`, :data:`ReasoningOutput` (how reasoning is shown),
+  and their defaults :data:`DEFAULT_BASE_URL`, :data:`DEFAULT_PIPELINE_NAME`, :data:`DEFAULT_REASONING_OUTPUT`;
+- events (the ``DuetEvent`` union, :data:`DuetEvent`): :class:`ReasoningDelta`, :class:`ContentDelta`,
+  :class:`ToolCallsRequested` (of :class:`ToolCall` objects), :class:`Usage`, :class:`Finished` (with its
+  :data:`FinishReason`), :class:`Failed`; :class:`ReasoningParagraphs` — how reasoning from two sources
+  is joined; an event's ``source`` is an agent of the team: :data:`REASONER_NAME`, :data:`ANSWERER_NAME`,
+  :data:`GROUNDER_NAME`;
+- watching a run (``observer=``): :class:`RunObserver`, :class:`ModelCallObserver`,
+  :class:`ToolCallObserver`, :data:`Stage`, :data:`StoreOutcome`.
+
+The team as AutoGen components (AutoGen Studio, team files; each is importable here under the
+provider name its dumps carry):
+
+- :class:`ReasoningAgent`, :class:`AnswerAgent` — the two AgentChat agents; :class:`GroundingAgent`
+  runs search tools before the reasoner when a pipeline has ``grounding``; :class:`OpenAICompatibleClient`
+  — the lean streaming model client (:mod:`duet.agents.upstream` has the rest of it);
+- :func:`build_team` — the agents as a ``RoundRobinGroupChat`` (what is served and exported);
+  :func:`export_team` — a pipeline as a team component; :func:`load_team_config`, :func:`load_team` —
+  a team file read and loaded (:mod:`duet.agents.pipeline` has the rest of the pipeline).
+
+Errors (the tree is in :mod:`duet.agents._errors`): :class:`DuetError`, the base of every Duet error;
+:class:`UpstreamError` and its kinds :class:`UpstreamStatusError`, :class:`UpstreamConnectionError`,
+:class:`UpstreamUnreachable`, :class:`UpstreamProtocolError`, :class:`UpstreamTimeout`;
+:class:`ConversationError`, :class:`TeamLoadError`, :class:`RunNotBoundError`.
+
+For the HTTP layer: :func:`random_id` — a random id for what a client sees; :func:`register_secrets`
+and :func:`mask_secrets` — the secrets no message shows; :func:`upstream_error_from_openai` — an
+``openai`` SDK error (AutoGen's stock client) as an :class:`UpstreamError`.
+
+The state store is :mod:`duet.agents.continuations`; the runtime :mod:`duet.agents.runtime`.
 """
 
-from duet.agents._answer_agent import AnswerAgent, AnswerAgentConfig, AnswerAgentOptions
-from duet.agents._model_reasoning import ModelReasoning, ReasonedAssistantMessage
-from duet.agents._base import DuetAgentOptions
+from duet.agents._answer_agent import AnswerAgent
 from duet.agents._cancellation import RunToken
-from duet.agents._conversation import ConversationError, ImageURL, conversation_from_openai
-from duet.agents._ids import random_id
-from duet.agents.pipeline import Duet
+from duet.agents._conversation import ConversationError, conversation_from_openai
 from duet.agents._errors import (
     DuetError,
     TeamLoadError,
@@ -60,19 +71,18 @@ from duet.agents._events import (
     ToolCallsRequested,
     Usage,
 )
-from duet.agents.upstream import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClient, OpenAICompatibleClientConfig, UpstreamResult
-from duet.agents._grounding import GroundingAgent, GroundingAgentConfig, GroundingAgentOptions
-from duet.agents._messages import task_messages
-from duet.agents._names import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME
-from duet.agents._reasoning_agent import ReasoningAgent, ReasoningAgentConfig, ReasoningAgentOptions
-from duet.agents.pipeline import DuetResult
-from duet.agents._run import AnswerOptions, DuetRun, RunNotBoundError, bind_run, current_run
+from duet.agents._grounding import GroundingAgent
+from duet.agents._ids import random_id
+from duet.agents._names import ANSWERER_NAME, GROUNDER_NAME, REASONER_NAME
 from duet.agents._observe import ModelCallObserver, RunObserver, Stage, StoreOutcome, ToolCallObserver
+from duet.agents._options import AnswerOptions
+from duet.agents._reasoning_agent import ReasoningAgent
+from duet.agents._request import DuetRequest
+from duet.agents._run import RunNotBoundError
 from duet.agents._settings import (
     DEFAULT_BASE_URL,
     DEFAULT_PIPELINE_NAME,
     DEFAULT_REASONING_OUTPUT,
-    REASONER_MODEL_INFO,
     AnswerSettings,
     GroundingSettings,
     ModelSettings,
@@ -80,88 +90,64 @@ from duet.agents._settings import (
     ReasonerSettings,
     ReasoningOutput,
 )
-from duet.agents.pipeline import DuetStream
-from duet.agents.pipeline import build_team, export_team
-from duet.agents.pipeline import TeamFactory
-from duet.agents.pipeline import load_team, load_team_config
-from duet.agents._thinking import ReasoningText
+from duet.agents.pipeline import Duet, DuetResult, DuetStream, build_team, export_team, load_team, load_team_config
+from duet.agents.upstream import OpenAICompatibleClient
 
 __all__ = [
+    "ANSWERER_NAME",
+    "AnswerAgent",
+    "AnswerOptions",
+    "AnswerSettings",
+    "ContentDelta",
+    "ConversationError",
     "DEFAULT_BASE_URL",
     "DEFAULT_PIPELINE_NAME",
     "DEFAULT_REASONING_OUTPUT",
-    "ModelCallObserver",
-    "RunObserver",
-    "Stage",
-    "StoreOutcome",
-    "ToolCallObserver",
-    "ANSWERER_NAME",
-    "ANSWER_MODEL_INFO",
-    "AnswerAgent",
-    "AnswerAgentConfig",
-    "AnswerAgentOptions",
-    "AnswerOptions",
-    "AnswerSettings",
-    "CLIENT",
-    "ContentDelta",
-    "ConversationError",
     "Duet",
-    "DuetAgentOptions",
     "DuetError",
     "DuetEvent",
+    "DuetRequest",
     "DuetResult",
-    "DuetRun",
     "DuetStream",
     "Failed",
     "FinishReason",
     "Finished",
     "GROUNDER_NAME",
     "GroundingAgent",
-    "GroundingAgentConfig",
-    "GroundingAgentOptions",
     "GroundingSettings",
-    "ImageURL",
-    "ModelClientOptions",
-    "ModelReasoning",
+    "ModelCallObserver",
     "ModelSettings",
     "OpenAICompatibleClient",
-    "OpenAICompatibleClientConfig",
     "PipelineSettings",
-    "REASONER_MODEL_INFO",
     "REASONER_NAME",
-    "ReasonedAssistantMessage",
     "ReasonerSettings",
     "ReasoningAgent",
-    "ReasoningAgentConfig",
-    "ReasoningAgentOptions",
     "ReasoningDelta",
     "ReasoningOutput",
     "ReasoningParagraphs",
-    "ReasoningText",
     "RunNotBoundError",
+    "RunObserver",
     "RunToken",
-    "TeamFactory",
+    "Stage",
+    "StoreOutcome",
     "TeamLoadError",
     "ToolCall",
+    "ToolCallObserver",
     "ToolCallsRequested",
     "UpstreamConnectionError",
     "UpstreamError",
     "UpstreamProtocolError",
-    "UpstreamResult",
     "UpstreamStatusError",
     "UpstreamTimeout",
     "UpstreamUnreachable",
     "Usage",
-    "bind_run",
     "build_team",
-    "export_team",
     "conversation_from_openai",
-    "random_id",
-    "current_run",
+    "export_team",
     "load_team",
     "load_team_config",
     "mask_secrets",
+    "random_id",
     "register_secrets",
-    "task_messages",
     "upstream_error_from_openai",
 ]

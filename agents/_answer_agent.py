@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, AsyncGenerator, Iterator, Sequence
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -20,7 +21,7 @@ from autogen_core.models import (
     RequestUsage,
     SystemMessage,
 )
-from autogen_core.tools import BaseTool, ToolResult, Workbench
+from autogen_core.tools import BaseTool, ToolResult, ToolSchema, Workbench
 from autogen_core.tools._workbench import StreamWorkbench  # not exported by autogen_core.tools (0.7.5)
 from pydantic import Field
 from typing_extensions import Self
@@ -43,7 +44,8 @@ from duet.agents._events import ContentDelta, DuetEvent, FinishReason, Reasoning
 from duet.agents._grounding import retrieved_context
 from duet.agents._messages import answer_reply, client_handoff, read_grounding, read_task
 from duet.agents._observe import observe_client_tool_calls, observe_tool_call, observer_of
-from duet.agents._run import AnswerOptions, DuetRun, current_run
+from duet.agents._options import AnswerOptions
+from duet.agents._run import DuetRun, current_run
 from duet.agents._text_parts import TextParts
 from duet.agents._thinking import ReasoningSplitter
 
@@ -79,6 +81,25 @@ class AnswerAgentOptions(DuetAgentOptions):
 
 class AnswerAgentConfig(AnswerAgentOptions, DuetAgentConfig):
     """The answer agent as a component: the shared agent fields, then its options."""
+
+
+@dataclass(slots=True, eq=False)
+class _AnswerTurn:
+    """What the rounds of one answer turn share."""
+
+    workbench: Workbench | None
+    options: AnswerOptions
+    tools: list[ToolSchema]
+    tool_choice: Any  # "auto", "none", "required" or the chosen tool
+    history: list[LLMMessage]  # the prompt, and the rounds of service tools so far
+    create_args: dict[str, Any]
+    reasoning: str  # the reasoner's (the model's own, after it, is labelled)
+    pass_back: bool  # the model's own reasoning goes back on its tool-calling turns
+    carries_reasoning: bool  # the history holds some of the model's own reasoning
+    total: RequestUsage = field(default_factory=lambda: RequestUsage(prompt_tokens=0, completion_tokens=0))
+    turn: list[LLMMessage] = field(default_factory=list)  # what this turn adds to the conversation
+    spoke: bool = False  # text from an earlier round was already streamed
+    finished: bool = False
 
 
 class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
@@ -140,44 +161,19 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
     async def _turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]:
-        conversation, reasoning = read_task(messages)
-        workbench = self._workbench_for(run)
-        options = run.options if run is not None else _DEFAULT_OPTIONS
-        tools = await workbench.list_tools() if workbench is not None else []
-        history = self._prompt(conversation, reasoning, read_grounding(messages))
-        tool_choice: Any = options.tool_choice
-        if tool_choice not in ("auto", "none", "required"):
-            chosen = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)
-            if chosen is None:
-                raise ValueError(f"tool_choice names {tool_choice!r}, which is not among the tools")
-            tool_choice = chosen
-        create_args = streaming_create_args(self._model_client, options.create_args)
-        total = RequestUsage(prompt_tokens=0, completion_tokens=0)
-        turn: list[LLMMessage] = []  # what this turn adds to the conversation
-        spoke = False  # text from an earlier round was already streamed
-        # The model's own reasoning goes back on its tool-calling turns when it produced some (auto).
-        reasoned = reasoned_messages(history)
-        carries_reasoning = bool(reasoned)
-        pass_back = self._pass_reasoning_back is True or (
-            self._pass_reasoning_back == "auto" and (self._model_thinks() or any(m.reasoning.from_model for m in reasoned))
-        )
-
+        state = await self._begin(messages, run)
         for round_number in range(self._max_tool_rounds + 1):
             if cancellation_token.is_cancelled():
                 raise asyncio.CancelledError()
             last_round = round_number == self._max_tool_rounds
-            round_tools, round_choice = tools, tool_choice
-            if last_round:  # out of service-tool rounds: only the client's tools are left to call
-                round_tools = [t for t in tools if self._client_tool(workbench, t["name"]) is not None]
-                if not isinstance(round_choice, str) and self._client_tool(workbench, round_choice.name) is None:
-                    round_choice = "auto"
+            tools, tool_choice = self._offered(state, last_round)
             splitter = ReasoningSplitter()
             text_parts = TextParts()
             thinking_parts = TextParts()  # the model's own reasoning in this round
             result: CreateResult | None = None
-            piece, stream, pass_back = await self._open_stream(
-                history, pass_back, carries_reasoning, run,
-                tools=round_tools, tool_choice=round_choice, extra_create_args=create_args, cancellation_token=cancellation_token,
+            piece, stream, state.pass_back = await self._open_stream(
+                state.history, state.pass_back, state.carries_reasoning, run,
+                tools=tools, tool_choice=tool_choice, extra_create_args=state.create_args, cancellation_token=cancellation_token,
             )
             while piece is not None:  # the opened stream's first piece, then the rest (no wrapper per piece)
                 if isinstance(piece, CreateResult):
@@ -185,75 +181,132 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 else:
                     thinking, text = splitter.feed(piece)
                     if thinking:
-                        if not thinking_parts and reasoning:  # after the reasoner's reasoning: say whose this is
+                        if not thinking_parts and state.reasoning:  # after the reasoner's reasoning: say whose this is
                             yield ReasoningDelta(text=ANSWER_REASONING_LABEL, source=self.name)
                         thinking_parts.append(thinking)
                         yield ReasoningDelta(text=thinking, source=self.name)
                     if text:
-                        if spoke and not text_parts:
+                        if state.spoke and not text_parts:
                             text = "\n\n" + text  # a new round's text starts a new paragraph
                         text_parts.append(text)
                         yield ContentDelta(text=text)
                 piece = await anext(stream, None)
-            thinking, text = splitter.flush()
-            if thinking:
-                thinking_parts.append(thinking)
-                yield ReasoningDelta(text=thinking, source=self.name)
-            if text:
-                text_parts.append(text)
-                yield ContentDelta(text=text)
-            spoke = spoke or bool(text_parts)
+            for event in self._end_of_stream(state, splitter, text_parts, thinking_parts, result):
+                yield event
             assert result is not None
-            total = add_usage(total, result.usage)
-            yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
-                        reasoning_tokens=getattr(result, "reasoning_tokens", 0))
             answer = text_parts.join().lstrip("\n")
-
             if isinstance(result.content, str):
-                yield self._reply(answer, _FINISH_REASONS.get(result.finish_reason, "stop"), total)
+                yield self._reply(answer, _FINISH_REASONS.get(result.finish_reason, "stop"), state.total)
+                return
+            async for event in self._tool_round(state, result, answer, thinking_parts, last_round, run, cancellation_token):
+                yield event
+            if state.finished:
                 return
 
-            # Duet issues its own call ids: upstreams repeat or omit theirs, and clients key on them.
-            calls = [FunctionCall(id=new_call_id(), name=call.name, arguments=call.arguments) for call in result.content]
-            if options.single_tool_call:
-                calls = calls[:1]
-            client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
-            service_calls = [call for call in calls if self._client_tool(workbench, call.name) is None]
-            if last_round and service_calls:
-                logger.warning("%s is out of tool rounds (%d); not running %s", self.name, self._max_tool_rounds,
-                               ", ".join(call.name for call in service_calls))
-                calls, service_calls = client_calls, []
-                if not calls:
-                    yield self._reply(answer, "stop", total)
-                    return
-            results: list[FunctionExecutionResult] = []
-            if service_calls:
-                async for event in self._run_service_calls(workbench, service_calls, results, cancellation_token):
-                    yield event
-            # The whole round, as the model made it: every call (with the model's reasoning on them), then
-            # the results known here.
-            asked: AssistantMessage = AssistantMessage(content=calls, thought=answer or None, source=self.name)
-            own_reasoning = self._own_reasoning(thinking_parts, result)
-            if own_reasoning is not None:
-                asked = ReasonedAssistantMessage(content=calls, thought=answer or None, source=self.name, reasoning=own_reasoning)
-                carries_reasoning = True
-                pass_back = pass_back or self._pass_reasoning_back == "auto"
-            turn += [asked, FunctionExecutionResultMessage(content=results)]
-            if client_calls:
-                observe_client_tool_calls(run, (self._client_tool(workbench, call.name).client_name for call in client_calls))
-                yield ToolCallsRequested(
-                    calls=[
-                        ToolCall(id=call.id, name=self._client_tool(workbench, call.name).client_name, arguments=call.arguments)  # type: ignore[union-attr]
-                        for call in client_calls
-                    ]
-                )
-                # The context is the turn the client will not see (service calls and their results,
-                # earlier service-only rounds): Duet keeps it for the follow-up with the client's results.
-                yield Response(chat_message=client_handoff(self.name, client_calls, turn, total))
+    async def _begin(self, messages: Sequence[BaseChatMessage], run: DuetRun | None) -> _AnswerTurn:
+        """What the rounds of the turn share: the prompt, the tools and the tool choice, the answer
+        model's arguments, and whether the model's own reasoning goes back on its tool-calling turns
+        (``auto``: when it produced some)."""
+        conversation, reasoning = read_task(messages)
+        workbench = self._workbench_for(run)
+        options = run.options if run is not None else _DEFAULT_OPTIONS
+        tools = await workbench.list_tools() if workbench is not None else []
+        history = self._prompt(conversation, reasoning, read_grounding(messages))
+        tool_choice: Any = options.tool_choice
+        if tool_choice not in ("auto", "none", "required"):
+            tool_choice = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)
+            if tool_choice is None:
+                raise ValueError(f"tool_choice names {options.tool_choice!r}, which is not among the tools")
+        reasoned = reasoned_messages(history)
+        pass_back = self._pass_reasoning_back is True or (
+            self._pass_reasoning_back == "auto" and (self._model_thinks() or any(m.reasoning.from_model for m in reasoned))
+        )
+        return _AnswerTurn(workbench, options, tools, tool_choice, history, streaming_create_args(self._model_client, options.create_args),
+                           reasoning, pass_back=pass_back, carries_reasoning=bool(reasoned))
+
+    def _offered(self, state: _AnswerTurn, last_round: bool) -> tuple[list[ToolSchema], Any]:
+        """The tools and the tool choice of a round; out of service-tool rounds, only the client's
+        tools are left to call."""
+        if not last_round:
+            return state.tools, state.tool_choice
+        tools = [t for t in state.tools if self._client_tool(state.workbench, t["name"]) is not None]
+        tool_choice = state.tool_choice
+        if not isinstance(tool_choice, str) and self._client_tool(state.workbench, tool_choice.name) is None:
+            tool_choice = "auto"
+        return tools, tool_choice
+
+    def _end_of_stream(self, state: _AnswerTurn, splitter: ReasoningSplitter, text_parts: TextParts, thinking_parts: TextParts,
+                       result: CreateResult | None) -> Iterator[DuetEvent]:
+        """What the splitter still held, then the round's usage."""
+        thinking, text = splitter.flush()
+        if thinking:
+            thinking_parts.append(thinking)
+            yield ReasoningDelta(text=thinking, source=self.name)
+        if text:
+            text_parts.append(text)
+            yield ContentDelta(text=text)
+        state.spoke = state.spoke or bool(text_parts)
+        assert result is not None
+        state.total = add_usage(state.total, result.usage)
+        yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
+                    reasoning_tokens=getattr(result, "reasoning_tokens", 0))
+
+    async def _tool_round(
+        self, state: _AnswerTurn, result: CreateResult, answer: str, thinking_parts: TextParts, last_round: bool,
+        run: DuetRun | None, cancellation_token: CancellationToken,
+    ) -> AsyncGenerator[DuetEvent | Response, None]:
+        """A round that ended in tool calls: service tools run here, then the next round; a call of a
+        client tool ends the turn (``state.finished``), handing the calls to the client."""
+        workbench = state.workbench
+        # Duet issues its own call ids: upstreams repeat or omit theirs, and clients key on them.
+        calls = [FunctionCall(id=new_call_id(), name=call.name, arguments=call.arguments) for call in result.content]  # type: ignore[union-attr]
+        if state.options.single_tool_call:
+            calls = calls[:1]
+        client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
+        service_calls = [call for call in calls if self._client_tool(workbench, call.name) is None]
+        if last_round and service_calls:
+            logger.warning("%s is out of tool rounds (%d); not running %s", self.name, self._max_tool_rounds,
+                           ", ".join(call.name for call in service_calls))
+            calls, service_calls = client_calls, []
+            if not calls:
+                state.finished = True
+                yield self._reply(answer, "stop", state.total)
                 return
-            history += turn[-2:]
-            if tool_choice != "none":
-                tool_choice = "auto"  # 'required' or a named tool applies to the first round only
+        results: list[FunctionExecutionResult] = []
+        if service_calls:
+            async for event in self._run_service_calls(workbench, service_calls, results, cancellation_token):
+                yield event
+        # The whole round, as the model made it (every call, with its reasoning on them), then the results known here.
+        state.turn += [self._asked(state, calls, answer, thinking_parts, result), FunctionExecutionResultMessage(content=results)]
+        if client_calls:
+            state.finished = True
+            for event in self._hand_off(state, client_calls, run):
+                yield event
+            return
+        state.history += state.turn[-2:]
+        if state.tool_choice != "none":
+            state.tool_choice = "auto"  # 'required' or a named tool applies to the first round only
+
+    def _asked(self, state: _AnswerTurn, calls: list[FunctionCall], answer: str, thinking_parts: TextParts,
+               result: CreateResult) -> AssistantMessage:
+        """The model's message of a tool round, with its own reasoning on the calls when it produced some."""
+        own_reasoning = self._own_reasoning(thinking_parts, result)
+        if own_reasoning is None:
+            return AssistantMessage(content=calls, thought=answer or None, source=self.name)
+        state.carries_reasoning = True
+        state.pass_back = state.pass_back or self._pass_reasoning_back == "auto"
+        return ReasonedAssistantMessage(content=calls, thought=answer or None, source=self.name, reasoning=own_reasoning)
+
+    def _hand_off(self, state: _AnswerTurn, client_calls: list[FunctionCall], run: DuetRun | None) -> Iterator[DuetEvent | Response]:
+        """The client's calls, then the handoff that ends the turn. Its context is the turn the client
+        will not see (service calls and their results, earlier service-only rounds): Duet keeps it for
+        the follow-up with the client's results."""
+        names = [self._client_tool(state.workbench, call.name).client_name for call in client_calls]
+        observe_client_tool_calls(run, names)
+        yield ToolCallsRequested(
+            calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names)]
+        )
+        yield Response(chat_message=client_handoff(self.name, client_calls, state.turn, state.total))
 
     def _model_thinks(self) -> bool:
         """The model was seen producing reasoning (Duet's client remembers how its upstream spells it)."""

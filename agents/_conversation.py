@@ -31,6 +31,8 @@ from autogen_core.models import (
 
 from duet.workbenches import model_safe_name
 
+from duet._errors import DuetError
+
 from duet.agents._model_reasoning import ReasonedAssistantMessage, sent_reasoning
 from duet.agents._thinking import strip_think_blocks, think_text
 
@@ -42,7 +44,7 @@ _new_assistant = AssistantMessage.__pydantic_validator__.validate_python
 _new_system = SystemMessage.__pydantic_validator__.validate_python
 
 
-class ConversationError(ValueError):
+class ConversationError(DuetError, ValueError):
     """A message the duet cannot use; ``param`` points at it (``messages[2].content``)."""
 
     def __init__(self, message: str, param: str) -> None:
@@ -185,21 +187,8 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
         raise ConversationError("messages must be a non-empty list", "messages")
     result: list[LLMMessage] = []
-    pending: dict[str, FunctionCall] = {}  # calls of the latest assistant turn still waiting for a result
-    results: list[FunctionExecutionResult] = []
-
-    def close_tool_turn() -> None:
-        nonlocal results
-        if pending:
-            results.extend(
-                FunctionExecutionResult(content=MISSING_RESULT, call_id=call.id, name=call.name, is_error=True)
-                for call in pending.values()
-            )
-            pending.clear()
-        if results:
-            result.append(FunctionExecutionResultMessage(content=results))
-            results = []
-
+    tool_turn = _ToolTurn(result)
+    pending, results = tool_turn.pending, tool_turn.results  # changed in place: read here for the plain turns
     for index, message in enumerate(messages):
         if type(message) is not dict and not isinstance(message, Mapping):
             raise ConversationError("each message must be an object", f"messages[{index}]")
@@ -217,50 +206,77 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
             if role == "system" or role == "developer":
                 result.append(_new_system({"content": content}))
                 continue
-        param = f"messages[{index}]"
         if role in ("tool", "function"):
-            content = _text(message.get("content"), f"{param}.content")
-            if role == "tool":
-                call_id = message.get("tool_call_id")
-                if not isinstance(call_id, str) or not call_id:
-                    raise ConversationError("a tool message needs tool_call_id", f"{param}.tool_call_id")
-                call = pending.pop(call_id, None)
-            else:  # legacy: results answer the latest call in order; ``name`` may be anything
-                call_id = next(iter(pending), "")
-                call = pending.pop(call_id, None)
-            if call is None:
-                # A result for a call that is not in the history: keep what it says as plain text.
-                close_tool_turn()
-                name = message.get("name") or "a tool"
-                result.append(UserMessage(content=f"Result of {name}:\n{content}", source="user"))
-                continue
-            results.append(FunctionExecutionResult(content=content, call_id=call.id, name=call.name, is_error=False))
-            continue
-
-        close_tool_turn()
-        if role in ("system", "developer"):
-            result.append(SystemMessage(content=_text(message.get("content"), f"{param}.content")))
-        elif role == "user":
-            result.append(UserMessage(content=_user_content(message.get("content"), f"{param}.content"), source="user"))
-        elif role == "assistant":
-            raw = _text(message.get("content"), f"{param}.content")
-            text = strip_think_blocks(raw)
-            calls = _calls(message, param) if "tool_calls" in message or "function_call" in message else []
-            if calls:
-                # The model's reasoning on a tool turn, as far as the client sent it back (used when
-                # the stored round is gone: see duet.agents._model_reasoning).
-                reasoning = sent_reasoning(message, think_text(raw))
-                if reasoning is not None:
-                    result.append(ReasonedAssistantMessage(content=calls, thought=text or None, source="assistant", reasoning=reasoning))
-                else:
-                    result.append(AssistantMessage(content=calls, thought=text or None, source="assistant"))
-                pending = {call.id: call for call in calls}
-            else:
-                result.append(AssistantMessage(content=text, source="assistant"))
+            tool_turn.add_result(message, role, f"messages[{index}]")
         else:
-            raise ConversationError(f"unknown role {role!r}", f"{param}.role")
-    close_tool_turn()
+            tool_turn.close()
+            result.append(_turn(message, role, f"messages[{index}]", pending))
+    tool_turn.close()
     return result
+
+
+class _ToolTurn:
+    """The tool calls of the latest assistant turn still waiting for a result, and the results so far;
+    closed (:meth:`close`) when another turn begins, into one results message."""
+
+    __slots__ = ("out", "pending", "results")
+
+    def __init__(self, out: list[LLMMessage]) -> None:
+        self.out = out
+        self.pending: dict[str, FunctionCall] = {}
+        self.results: list[FunctionExecutionResult] = []
+
+    def add_result(self, message: Mapping[str, Any], role: str, param: str) -> None:
+        """A ``tool`` message (or a legacy ``function`` one, which answers the latest call in order: its
+        ``name`` may be anything); a result for a call that is not in the history is kept as plain text."""
+        content = _text(message.get("content"), f"{param}.content")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise ConversationError("a tool message needs tool_call_id", f"{param}.tool_call_id")
+        else:
+            call_id = next(iter(self.pending), "")
+        call = self.pending.pop(call_id, None)
+        if call is None:
+            self.close()
+            name = message.get("name") or "a tool"
+            self.out.append(UserMessage(content=f"Result of {name}:\n{content}", source="user"))
+            return
+        self.results.append(FunctionExecutionResult(content=content, call_id=call.id, name=call.name, is_error=False))
+
+    def close(self) -> None:
+        """Ends the tool turn: a call the client sent no result for fails (the model must see one)."""
+        if self.pending:
+            self.results.extend(
+                FunctionExecutionResult(content=MISSING_RESULT, call_id=call.id, name=call.name, is_error=True)
+                for call in self.pending.values()
+            )
+            self.pending.clear()
+        if self.results:
+            self.out.append(FunctionExecutionResultMessage(content=list(self.results)))
+            self.results.clear()
+
+
+def _turn(message: Mapping[str, Any], role: Any, param: str, pending: dict[str, FunctionCall]) -> LLMMessage:
+    """A system, user or assistant message, checked; an assistant's tool calls become ``pending``."""
+    if role in ("system", "developer"):
+        return SystemMessage(content=_text(message.get("content"), f"{param}.content"))
+    if role == "user":
+        return UserMessage(content=_user_content(message.get("content"), f"{param}.content"), source="user")
+    if role != "assistant":
+        raise ConversationError(f"unknown role {role!r}", f"{param}.role")
+    raw = _text(message.get("content"), f"{param}.content")
+    text = strip_think_blocks(raw)
+    calls = _calls(message, param) if "tool_calls" in message or "function_call" in message else []
+    if not calls:
+        return AssistantMessage(content=text, source="assistant")
+    pending.update((call.id, call) for call in calls)
+    # The model's reasoning on a tool turn, as far as the client sent it back (used when the stored
+    # round is gone: see duet.agents._model_reasoning).
+    reasoning = sent_reasoning(message, think_text(raw))
+    if reasoning is not None:
+        return ReasonedAssistantMessage(content=calls, thought=text or None, source="assistant", reasoning=reasoning)
+    return AssistantMessage(content=calls, thought=text or None, source="assistant")
 
 
 def ends_with_tool_results(conversation: Sequence[LLMMessage]) -> bool:

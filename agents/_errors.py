@@ -1,4 +1,33 @@
-"""Errors the duet raises. The HTTP layer maps each type to a status code (see ``api/_errors.py``).
+"""Errors the duet raises, and the tree of every Duet exception. The HTTP layer maps each type to a
+status code once (:func:`duet.api._errors.as_api_error`).
+
+Every exception Duet raises on purpose is a :class:`DuetError` (one ``except DuetError`` catches
+them all); where a class was a ``ValueError`` or a ``RuntimeError`` before the tree existed it still
+is one too (an ``except`` written for that keeps working)::
+
+    DuetError                                   duet.agents (defined in duet._errors: every room raises one)
+    ├── UpstreamError                           an upstream model server failed (HTTP: 400, 429, 502-504)
+    │   ├── UpstreamStatusError                 it answered an error status, or an error object
+    │   ├── UpstreamConnectionError             it broke the connection off
+    │   │   └── UpstreamUnreachable             no connection could be made
+    │   ├── UpstreamProtocolError               its answer is not the OpenAI protocol
+    │   └── UpstreamTimeout                     it stayed silent past the read timeout
+    ├── ConversationError (ValueError)          a message the duet cannot use (HTTP 400 naming it)
+    ├── TeamLoadError                           a team file that does not load, naming the provider
+    ├── RunNotBoundError                        a Duet task handed to an agent outside a run
+    ├── StoreOpenError (RuntimeError)           the state store cannot open: the service does not start
+    ├── StoreUnavailable (RuntimeError)         a store call failed: the round goes on without it
+    │                                           (duet.agents.continuations)
+    ├── ClientSideToolError (RuntimeError)      a proxy tool was run in-process (duet.workbenches)
+    ├── McpServerUnavailable (RuntimeError)     an MCP server is down, being restarted (duet.workbenches)
+    ├── ConfigError (ValueError)                a configuration the operator must fix (duet.api)
+    └── APIError                                an error as a client gets it over HTTP: a status and the
+                                                protocol's error body (duet.api); every error above
+                                                that reaches a client is mapped to one
+
+Warnings: ``OldTeamFileWarning`` (a ``FutureWarning``, :mod:`duet.agents.pipeline`): a team file names
+Duet's components by their old top-level names (``agents.AnswerAgent``, as Duet 0.1.0 exported them);
+it loads, and says so.
 
 An upstream failure names the stage and the model (``answer model qwen2.5:7b answered HTTP 429:
 …``), never the upstream's URL, and keeps what the upstream said about it (status, ``code``,
@@ -12,6 +41,7 @@ import json
 import sys
 from typing import Any, Iterable
 
+from duet._errors import DuetError
 from duet.agents._names import ANSWERER_NAME, REASONER_NAME
 
 MIN_SECRET_LENGTH = 6
@@ -36,10 +66,6 @@ def mask_secrets(text: str) -> str:
         if secret in text:
             text = text.replace(secret, "***")
     return text
-
-
-class DuetError(Exception):
-    """Base class of every error Duet raises on purpose."""
 
 
 class UpstreamError(DuetError):

@@ -253,25 +253,41 @@ def read_results(text: str) -> tuple[str, str]:
     >>> digest
     '1 result: Duet (example.org)'
     """
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    results = data.get("results") if isinstance(data, dict) else None
-    if not isinstance(results, list) or not all(isinstance(item, dict) for item in results):
+    data = _search_answer(text)
+    if data is None:
         return text.strip(), f"{len(text)} characters: {_preview(text, 80)}"
+    results = data["results"]
     lines: list[str] = []
-    answer = data.get("answer") if isinstance(data, dict) else None
+    answer = data.get("answer")
     if isinstance(answer, str) and answer.strip():
         lines.append(f"Answer: {answer.strip()}")
     titles: list[str] = []
     for number, item in enumerate(results, 1):
-        title = str(item.get("title") or "untitled").strip()
-        url = str(item.get("url") or "").strip()
-        content = str(item.get("content") or item.get("snippet") or "").strip()
-        lines.append(f"[{number}] {title}" + (f" — {url}" if url else "") + (f"\n{content}" if content else ""))
-        host = urlsplit(url).hostname if url else None
-        titles.append(f"{_preview(title, 60)} ({host})" if host else _preview(title, 60))
+        source, title = _source(number, item)
+        lines.append(source)
+        titles.append(title)
     count = f"{len(results)} result" + ("" if len(results) == 1 else "s")
     digest = count + (": " + "; ".join(titles[:3]) + ("; …" if len(titles) > 3 else "") if titles else "")
     return "\n\n".join(lines), digest
+
+
+def _search_answer(text: str) -> dict[str, Any] | None:
+    """The answer as JSON in the shape Tavily's and SearXNG's share (a list of objects as ``results``), else ``None``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list) or not all(isinstance(item, dict) for item in results):
+        return None
+    return data  # type: ignore[no-any-return]
+
+
+def _source(number: int, item: dict[str, Any]) -> tuple[str, str]:
+    """One result as a numbered source (title, URL, content), and its title for the digest (with its host)."""
+    title = str(item.get("title") or "untitled").strip()
+    url = str(item.get("url") or "").strip()
+    content = str(item.get("content") or item.get("snippet") or "").strip()
+    source = f"[{number}] {title}" + (f" — {url}" if url else "") + (f"\n{content}" if content else "")
+    host = urlsplit(url).hostname if url else None
+    return source, f"{_preview(title, 60)} ({host})" if host else _preview(title, 60)

@@ -131,7 +131,7 @@ def restores_reasoning(messages: Sequence[BaseChatMessage]) -> bool:
 
 
 def carries_task(messages: Sequence[BaseChatMessage]) -> bool:
-    """True when ``messages`` hold a Duet task (which needs its run bound: see :func:`~duet.agents.bind_run`)."""
+    """True when ``messages`` hold a Duet task (which needs its run bound: see :func:`~duet.agents._run.bind_run`)."""
     return any(isinstance(message, HandoffMessage) and message.source == CLIENT for message in messages)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncGenerator, Literal, Mapping, Sequence, Union
+from typing import Any, AsyncGenerator, Iterator, Literal, Mapping, Sequence, Union
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -179,19 +179,11 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         if ends_with_tool_results(conversation) and not self._rethinks(messages):
             yield Response(chat_message=reasoning_reply(self.name, ""))
             return
-        workbench = self._workbench_for(run)
-        tools = await workbench.list_tools() if workbench is not None else []
-        prompt = self._prompt(conversation, tools, read_grounding(messages))
-
+        prompt = await self._prompt_of(conversation, messages, run)
         if cancellation_token.is_cancelled():  # the client already left: start no model call
             raise asyncio.CancelledError()
-
+        call_token, timer = self._call_token(cancellation_token)
         max_chars = self._max_reasoning_chars or None
-        call_token, timer = cancellation_token, None
-        if self._max_reasoning_seconds:
-            # The call gets a token of its own, cancelled by the request's or when the time is up.
-            call_token = child_token(cancellation_token)
-            timer = asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
         splitter = ReasoningSplitter()
         parts = TextParts()
         size = 0
@@ -224,8 +216,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 if stopped:
                     break
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if cancellation_token.is_cancelled() or not call_token.is_cancelled() or (current and current.cancelling()):
+            if not self._out_of_time(cancellation_token, call_token):
                 raise  # the request was cancelled: not a limit
             limit_note = f"[reasoning stopped after {self._max_reasoning_seconds:g} s]"
         finally:
@@ -233,7 +224,34 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 timer.cancel()
                 unlink_child(cancellation_token, call_token)
             await stream.aclose()
-        if limit_note:  # the client sees why the reasoning ends here; the answer agent goes on with it
+        for event in self._end(prompt, splitter, parts, limit_note, result):
+            yield event
+
+    async def _prompt_of(self, conversation: list[LLMMessage], messages: Sequence[BaseChatMessage], run: DuetRun | None) -> list[LLMMessage]:
+        """The prompt of the turn: the conversation, the tools the answer agent will have, the retrieved context."""
+        workbench = self._workbench_for(run)
+        tools = await workbench.list_tools() if workbench is not None else []
+        return self._prompt(conversation, tools, read_grounding(messages))
+
+    def _call_token(self, cancellation_token: CancellationToken) -> tuple[CancellationToken, asyncio.TimerHandle | None]:
+        """The model call's token: the request's, or, with ``max_reasoning_seconds``, a token of its own,
+        cancelled by the request's or when the time is up (the timer, to cancel when the call ends)."""
+        if not self._max_reasoning_seconds:
+            return cancellation_token, None
+        call_token = child_token(cancellation_token)
+        return call_token, asyncio.get_running_loop().call_later(self._max_reasoning_seconds, call_token.cancel)
+
+    @staticmethod
+    def _out_of_time(cancellation_token: CancellationToken, call_token: CancellationToken) -> bool:
+        """A cancellation of the model call that is the time limit's, not the request's."""
+        current = asyncio.current_task()
+        return not (cancellation_token.is_cancelled() or not call_token.is_cancelled() or (current and current.cancelling()))
+
+    def _end(self, prompt: list[LLMMessage], splitter: ReasoningSplitter, parts: TextParts, limit_note: str,
+             result: CreateResult | None) -> Iterator[DuetEvent | Response]:
+        """Why the reasoning ends early (the client sees it; the answer agent goes on with it), or what
+        the splitter still held; then the usage, and the reply."""
+        if limit_note:
             limit_note = ("\n\n" if parts else "") + limit_note
             parts.append(limit_note)
             yield ReasoningDelta(text=limit_note, source=self.name)
@@ -242,7 +260,6 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             if reasoning or content:
                 parts.append(reasoning + content)
                 yield ReasoningDelta(text=reasoning + content, source=self.name)
-
         if result is not None:
             usage = result.usage
         else:

@@ -16,30 +16,16 @@ from __future__ import annotations
 
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Protocol, Sequence
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
 from duet.workbenches import DuetWorkbench, RequestContext
 
 from duet.agents._errors import DuetError
 from duet.agents._events import DuetEvent
+from duet.agents._options import AnswerOptions
 
 if TYPE_CHECKING:
     from duet.agents._observe import RunObserver
-
-
-class AnswerOptions(BaseModel):
-    """Per-request options for the answer model, from the client's request."""
-
-    tool_choice: Literal["auto", "none", "required"] | str = Field(
-        "auto", description="'auto', 'none', 'required', or the (model-facing) name of the tool to call."
-    )
-    create_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="OpenAI request fields passed to the answer model: temperature, top_p, max_tokens, stop, seed, ...",
-    )
-    single_tool_call: bool = Field(False, description="Return at most one tool call (legacy 'functions' clients).")
 
 
 async def _never_full() -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -148,6 +148,38 @@ class ServiceConfig:
         return f"pipeline {pipeline.name!r}"
 
 
+def _check_aliases(options: ServiceOptions, pipelines: dict[str, Duet]) -> None:
+    """Every ``model_aliases`` entry names a pipeline that is served."""
+    unknown = {alias: name for alias, name in options.model_aliases.items() if name not in pipelines}
+    if unknown:
+        alias, name = next(iter(unknown.items()))
+        raise ValueError(f"model_aliases: '{alias}' names the pipeline '{name}', which is not served (served: {', '.join(pipelines)})")
+
+
+def _lifespan(pipelines: dict[str, Duet], continuations: ContinuationStore, options: ServiceOptions, gate: RequestGate, *,
+              auth_enabled: bool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the pipelines opened (their MCP servers started) and the service made; at the
+    end the pipelines, the shared MCP servers and the store closed, and the last spans sent."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            for duet in pipelines.values():
+                await duet.open()  # MCP servers start here; one that cannot start stops the service
+            app.state.service = Service(pipelines, options, gate)
+            if not auth_enabled:
+                logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
+            logger.info("serving %s", ", ".join(pipelines))
+            yield
+        finally:
+            await asyncio.gather(*(duet.close() for duet in pipelines.values()), return_exceptions=True)
+            await stop_shared_servers()
+            await continuations.close()
+            await asyncio.to_thread(flush_traces, TRACE_FLUSH_SECONDS)
+
+    return lifespan
+
+
 def create_app(config: ServiceConfig | None = None) -> FastAPI:
     """The service. Without ``config`` it is read from the environment (``DUET_*``).
 
@@ -161,29 +193,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     options = config.options
     continuations = open_store(options.state_url, timeout=options.store_timeout)  # an unwritable SQLite path stops here
     pipelines = config.build(continuations)
-    unknown = {alias: name for alias, name in options.model_aliases.items() if name not in pipelines}
-    if unknown:
-        alias, name = next(iter(unknown.items()))
-        raise ValueError(f"model_aliases: '{alias}' names the pipeline '{name}', which is not served (served: {', '.join(pipelines)})")
+    _check_aliases(options, pipelines)
     gate = RequestGate(options)
     readiness = Readiness(pipelines, continuations, options)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        try:
-            for duet in pipelines.values():
-                await duet.open()  # MCP servers start here; one that cannot start stops the service
-            app.state.service = Service(pipelines, options, gate)
-            if not auth.enabled:
-                logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
-            logger.info("serving %s", ", ".join(pipelines))
-            yield
-        finally:
-            await asyncio.gather(*(duet.close() for duet in pipelines.values()), return_exceptions=True)
-            await stop_shared_servers()
-            await continuations.close()
-            await asyncio.to_thread(flush_traces, TRACE_FLUSH_SECONDS)
-
+    lifespan = _lifespan(pipelines, continuations, options, gate, auth_enabled=auth.enabled)
     # The API's schema and its pages describe the whole surface: served only when asked for.
     docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = DuetApp(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.",

@@ -30,6 +30,7 @@ from starlette.requests import ClientDisconnect
 
 from duet.agents import (
     ConversationError,
+    DuetError,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
@@ -45,7 +46,7 @@ from duet.api._wire import ErrorBody, ErrorDetail
 logger = logging.getLogger(__name__)
 
 
-class APIError(Exception):
+class APIError(DuetError):
     """An error the client gets as ``{"error": {...}}`` with HTTP ``status`` (and ``headers``, such
     as ``Retry-After``). Configured secrets are masked out of the message."""
 

@@ -58,6 +58,13 @@ class RequestGate:
                             type="server_error", code="server_busy")
         return None
 
+    def admit(self, running: int) -> None:
+        """Raises :meth:`refusal`'s error (with ``Retry-After``) when a new completion cannot start now."""
+        refusal = self.refusal(running)
+        if refusal is not None:
+            refusal.headers = {"Retry-After": RETRY_AFTER_SECONDS}
+            raise refusal
+
     def _busy(self) -> APIError:
         return APIError(503, "the server holds as many request bodies as it may; retry shortly", type="server_error",
                         code="server_busy", headers={"Retry-After": RETRY_AFTER_SECONDS})

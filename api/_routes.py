@@ -59,12 +59,36 @@ def error_shapes() -> dict[str, ErrorShape]:
 
 def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: RequestGate, pipelines: Mapping[str, Duet],
                responses: Responses) -> dict[str, Endpoint]:
-    """Chat completions, the Responses API and the model list (under ``/v1`` and without it), ``/health``
-    and ``/health/ready``. The service itself is ``app.state.service``, set by the app's lifespan.
-    Returns the POST endpoints of the completion protocols by path, which the app may serve directly."""
-
+    """Chat completions, the Responses API, Anthropic Messages and the model list (under ``/v1`` and
+    without it), ``/health`` and ``/health/ready``. The service itself is ``app.state.service``, set by
+    the app's lifespan. Returns the POST endpoints of the completion protocols by path, which the app
+    may serve directly."""
+    anthropic = AnthropicMessages()
     chat_completions = protocol_endpoint(ChatCompletions(), auth)
     create_response = protocol_endpoint(responses, auth)
+    messages = protocol_endpoint(anthropic, auth)
+    retrieve_response = retrieve_endpoint(responses, auth)
+    messages_count_tokens = count_tokens_endpoint(anthropic, auth)
+    models = models_endpoint()
+    # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
+    protocol_routes: dict[str, Endpoint] = {}
+    for prefix in ("/v1", ""):
+        shown = prefix == "/v1"  # in the API's schema once
+        protocol_routes.update({f"{prefix}/chat/completions": chat_completions, f"{prefix}/responses": create_response,
+                                f"{prefix}/messages": messages})
+        app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=shown)
+        app.add_route(f"{prefix}/responses", create_response, methods=["POST"], include_in_schema=shown)
+        app.add_route(f"{prefix}/responses/{{response_id}}", retrieve_response, methods=["GET"], include_in_schema=shown)
+        app.add_route(f"{prefix}/messages", messages, methods=["POST"], include_in_schema=shown)
+        app.add_route(f"{prefix}/messages/count_tokens", messages_count_tokens, methods=["POST"], include_in_schema=shown)
+        app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=shown)
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/health/ready", ready_endpoint(auth, readiness, gate, pipelines), methods=["GET"], response_model=None)
+    return protocol_routes
+
+
+def retrieve_endpoint(responses: Responses, auth: Callable[[Request], Awaitable[str]]) -> Endpoint:
+    """``GET /v1/responses/{id}``: the key's stored response."""
 
     async def retrieve_response(request: Request) -> Response:
         try:
@@ -73,15 +97,24 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
         except Exception as exc:
             return responses.error_response(as_api_error(exc))
 
-    anthropic_messages = AnthropicMessages()
-    messages = protocol_endpoint(anthropic_messages, auth)
+    return retrieve_response
+
+
+def count_tokens_endpoint(anthropic: AnthropicMessages, auth: Callable[[Request], Awaitable[str]]) -> Endpoint:
+    """``POST /v1/messages/count_tokens``, its errors in the Anthropic shape (as for ``/v1/messages``)."""
 
     async def messages_count_tokens(request: Request) -> Response:
         try:
             await auth(request)
             return await count_tokens(request.app.state.service, request)
-        except Exception as exc:  # the Anthropic error shape, as for /v1/messages
-            return anthropic_messages.error_response(as_api_error(exc))
+        except Exception as exc:
+            return anthropic.error_response(as_api_error(exc))
+
+    return messages_count_tokens
+
+
+def models_endpoint() -> Callable[..., Awaitable[ModelList]]:
+    """``GET /v1/models``: the pipelines served (a FastAPI route: its response model is in the API's schema)."""
 
     async def service(request: Request) -> Service:
         return request.app.state.service  # type: ignore[no-any-return]
@@ -89,9 +122,17 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
     async def models(svc: Service = Depends(service)) -> ModelList:
         return svc.model_list()
 
-    async def health() -> dict[str, Any]:
-        """Liveness: the process answers. Nothing about its insides (it needs no key)."""
-        return {"status": "ok"}
+    return models
+
+
+async def health() -> dict[str, Any]:
+    """Liveness: the process answers. Nothing about its insides (it needs no key)."""
+    return {"status": "ok"}
+
+
+def ready_endpoint(auth: BearerAuth, readiness: Readiness, gate: RequestGate,
+                   pipelines: Mapping[str, Duet]) -> Callable[[Request], Awaitable[JSONResponse]]:
+    """``/health/ready``: 503 while this replica should get no traffic."""
 
     async def ready(request: Request) -> JSONResponse:
         """Readiness: 503 while this replica should get no traffic. Which check failed, and the
@@ -108,17 +149,4 @@ def add_routes(app: FastAPI, *, auth: BearerAuth, readiness: Readiness, gate: Re
             body["mcp_servers"] = {name: status for name, duet in pipelines.items() if (status := duet.services.status())}
         return JSONResponse(body, status_code=200 if is_ready else 503)
 
-    # Dify appends "/chat/completions" to whatever base URL the user typed: answer with and without /v1.
-    protocol_routes: dict[str, Endpoint] = {}
-    for prefix in ("/v1", ""):
-        protocol_routes.update({f"{prefix}/chat/completions": chat_completions, f"{prefix}/responses": create_response,
-                                f"{prefix}/messages": messages})
-        app.add_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"], include_in_schema=prefix == "/v1")
-        app.add_route(f"{prefix}/responses", create_response, methods=["POST"], include_in_schema=prefix == "/v1")
-        app.add_route(f"{prefix}/responses/{{response_id}}", retrieve_response, methods=["GET"], include_in_schema=prefix == "/v1")
-        app.add_route(f"{prefix}/messages", messages, methods=["POST"], include_in_schema=prefix == "/v1")
-        app.add_route(f"{prefix}/messages/count_tokens", messages_count_tokens, methods=["POST"], include_in_schema=prefix == "/v1")
-        app.add_api_route(f"{prefix}/models", models, methods=["GET"], dependencies=[Depends(auth)], include_in_schema=prefix == "/v1")
-    app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/health/ready", ready, methods=["GET"], response_model=None)
-    return protocol_routes
+    return ready

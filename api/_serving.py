@@ -7,7 +7,8 @@ the protocol's stream writer (over :class:`~duet.api._sse.EventStreamResponse`) 
 Gate, limits, disconnects, the shutdown drain and the write timeout live here and in
 :mod:`duet.api._sse`, once.
 
-A protocol is a :class:`WireProtocol`: a reader (body → :class:`RunRequest`), two writers over the
+A protocol is a :class:`WireProtocol`: a reader (body → :class:`~duet.agents.DuetRequest`, in a
+:class:`WireRequest`, its protocol's envelope), two writers over the
 :class:`~duet.api._rendering.Renderer`'s parts (the stream's bytes, the collected body) and its error
 shapes (an :class:`~duet.api._errors.APIError` as an HTTP response before the stream, as one event after
 it starts; its keep-alive bytes). Chat Completions is :mod:`duet.api.chat._service`; the Responses API
@@ -22,18 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Generic, Iterable, Mapping, Protocol, TypeVar
 
 from autogen_core import CancellationToken
-from autogen_core.models import LLMMessage
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from duet.agents import AnswerOptions, Duet, DuetEvent, DuetStream, Failed, Finished, ReasoningOutput, RunToken, random_id
+from duet.agents import Duet, DuetEvent, DuetRequest, DuetStream, Failed, Finished, ReasoningOutput, RunToken, random_id
 from duet.agents.continuations import DEFAULT_OWNER
-from duet.workbenches import ProxyTool
-
 from duet.api._errors import APIError, as_api_error
-from duet.api._limits import RETRY_AFTER_SECONDS, RequestGate, is_json, shutting_down
-from duet.api.observability import current_observation
+from duet.api._limits import RequestGate, is_json, shutting_down
+from duet.api.observability import RequestObservation, current_observation
 from duet.api._wire import Model, ModelList
 from duet.api._rendering import Renderer, ResponseWriter
 from duet.api._settings import ServiceOptions
@@ -42,23 +40,26 @@ from duet.api._validation import LARGE_BODY_BYTES, load_body
 
 
 @dataclass(slots=True, eq=False)
-class RunRequest:
-    """A request as the flow runs it, whatever protocol it came in: which pipeline, streamed or
-    not, the conversation, the client's tools and the answer model's options. ``wire`` is the
-    protocol's own parsed request, for its writers."""
+class WireRequest:
+    """A request as the flow serves it, whatever protocol it came in: the
+    :class:`~duet.agents.DuetRequest` its run gets (conversation, client tools, answer options, user,
+    owner, and the response's id as the run's request id), in the envelope its protocol's writers read:
+    the model name the client asked for, streamed or not, and what the protocol keeps between reading
+    and writing. ``wire`` is the protocol's own parsed request, for its writers."""
 
+    run_request: DuetRequest
     model: str
     stream: bool
-    conversation: list[LLMMessage]
-    tools: list[ProxyTool]
-    options: AnswerOptions
-    user: str | None = None
     legacy: bool = False  # a Chat Completions ``functions`` client: one ``function_call``, finish reason ``function_call``
     wire: Any = None
     state: dict[str, Any] = field(default_factory=dict)  # what the protocol keeps between reading and writing
     unsaved: list[str] = field(default_factory=list)
     """What the response should have kept in the store and could not (the store was down): named in
     the :data:`UNSAVED_HEADER` of a collected response."""
+
+    @property
+    def response_id(self) -> str:
+        return self.run_request.request_id or ""
 
 
 UNSAVED_HEADER = "duet-unsaved"
@@ -81,10 +82,10 @@ class CollectedWriter(ResponseWriter, Protocol):
 
 
 class Parsed(Protocol):
-    """What a protocol's reader makes of a body: at least the pipeline it asks for."""
+    """What a protocol's reader makes of a body: at least the pipeline it asks for (an attribute: read
+    on every request's way)."""
 
-    @property
-    def model(self) -> str: ...
+    model: str
 
 
 P = TypeVar("P", bound=Parsed)
@@ -102,18 +103,19 @@ class WireProtocol(Generic[P]):
         """The body, validated: everything that can be refused without a model is refused here (400)."""
         raise NotImplementedError
 
-    async def prepare(self, parsed: P, duet: Duet, owner: str) -> RunRequest:
-        """The run the parsed request asks of ``duet`` (400s that need the pipeline's tools: here);
-        ``owner``: whose stored state it may read (its API key's)."""
+    async def prepare(self, parsed: P, duet: Duet, owner: str) -> WireRequest:
+        """The run the parsed request asks of ``duet``: its :class:`~duet.agents.DuetRequest` (request id:
+        :func:`new_response_id`), in this protocol's envelope. 400s that need the pipeline's tools are raised
+        here; ``owner``: whose stored state it may read (its API key's)."""
         raise NotImplementedError
 
-    def stream_writer(self, request: RunRequest, response_id: str) -> StreamWriter:
+    def stream_writer(self, request: WireRequest, response_id: str) -> StreamWriter:
         raise NotImplementedError
 
-    def fold(self, request: RunRequest, response_id: str) -> CollectedWriter:
+    def fold(self, request: WireRequest, response_id: str) -> CollectedWriter:
         raise NotImplementedError
 
-    async def completed(self, request: RunRequest, writer: ResponseWriter) -> None:
+    async def completed(self, request: WireRequest, writer: ResponseWriter) -> None:
         """Called once the run's last event is rendered, before the stream's last bytes or the
         collected body are written (the Responses API stores the response here). Bounded by the caller's store timeout."""
 
@@ -125,6 +127,11 @@ class WireProtocol(Generic[P]):
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
         """An error before the stream began (or instead of a body): the HTTP status and this protocol's body."""
         return error.response(headers=headers)
+
+
+def new_response_id(prefix: str) -> str:
+    """A new response id in a protocol's form (``chatcmpl-…``: ``prefix``); the run goes by it too."""
+    return f"{prefix}{random_id()}"
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -204,78 +211,101 @@ class Service:
         return duet
 
     async def create(self, request: Request, protocol: WireProtocol[Any], owner: str = DEFAULT_OWNER) -> Response:
-        # Refusals that cost nothing come first: full, shutting down, not JSON, too large.
+        """Serves one request of ``protocol`` for ``owner``: admitted (nothing read yet), its body read and
+        parsed, admitted again (reading a body is not running a completion), its pipeline found, the
+        protocol's reader makes the run's request, the run starts; then the stream, or the collected body."""
         gate = self.gate
-        refusal = gate.refusal(self.in_flight + gate.starting)
-        if refusal is not None:
-            return protocol.error_response(refusal, headers={"retry-after": RETRY_AFTER_SECONDS})
+        gate.admit(self.in_flight + gate.starting)
+        parsed = await self._read(request, protocol)
+        gate.starting += 1  # from here on the request counts toward the cap
+        try:
+            duet, observation = self._pipeline_of(parsed)
+            wire_request = await protocol.prepare(parsed, duet, owner)
+            started = await self._start(request, duet, wire_request, observation)
+            if started is None:  # the client left before its run's first model request went out
+                return Response(status_code=499)
+            run, disconnected, token = started
+            if wire_request.stream:
+                return self._event_stream(protocol, duet, wire_request, run, disconnected)
+            source = _EventSource(self, run, protocol, wire_request)
+        finally:
+            gate.starting -= 1
+        return await self._collected(protocol, wire_request, duet, source, disconnected, token)
+
+    async def _read(self, request: Request, protocol: WireProtocol[P]) -> P:
+        """The body, read within the gate's bounds and held against its byte budget until the protocol
+        has parsed it (a refusal leaves the rest unread: the server skips it, for at most body_timeout,
+        api/server/_server.py); a large body is parsed in a worker thread, and the event loop goes on
+        serving others. Only JSON is read: also what keeps a web page from posting here cross-site
+        (browsers send JSON only after a CORS preflight). Reading a body is not running a completion:
+        once it is read, the request is admitted again (the cap may have filled meanwhile)."""
         if not is_json(request.headers.get("content-type")):
-            # Also what keeps a web page from posting here cross-site: browsers send JSON only after a CORS preflight.
             raise APIError(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
                            param="Content-Type", code="unsupported_media_type")
-        # Held against the gate's byte budget until parsed. A refusal here leaves the rest of the body
-        # unread: the server skips it, for at most body_timeout (api/server/_server.py).
-        async with gate.body(request) as raw:
-            if len(raw) > LARGE_BODY_BYTES:  # parsed in a worker thread: the event loop goes on serving others
+        async with self.gate.body(request) as raw:
+            if len(raw) > LARGE_BODY_BYTES:
                 parsed = await asyncio.to_thread(protocol.parse, raw, self.options)
             else:
                 parsed = protocol.parse(raw, self.options)
-        # Reading a body is not running a completion; from here on the request counts toward the cap.
-        refusal = gate.refusal(self.in_flight + gate.starting)
-        if refusal is not None:
-            return protocol.error_response(refusal, headers={"retry-after": RETRY_AFTER_SECONDS})
-        gate.starting += 1
+        self.gate.admit(self.in_flight + self.gate.starting)
+        return parsed
+
+    def _pipeline_of(self, parsed: Parsed) -> tuple[Duet, RequestObservation | None]:
+        """The pipeline the request names (404 otherwise), and the request's observation (the run
+        reports to it; the request's log line names the pipeline)."""
+        duet = self.pipeline(parsed.model)
+        observation = current_observation()
+        if observation is not None:
+            observation.pipeline = duet.name
+        return duet, observation
+
+    async def _start(self, request: Request, duet: Duet, wire_request: WireRequest,
+                     observation: RequestObservation | None) -> tuple[DuetStream, asyncio.Future[None], RunToken] | None:
+        """Starts the run, and takes its first steps until its first model request is written (at most
+        :data:`REQUEST_OUT_WAIT`): the response is made after, while the model works, not on the
+        request's way out. ``None`` (the run closed) if the client left meanwhile.
+
+        The disconnect watcher is live before the run exists, and cancels the run's token itself as the
+        server reads the hang-up; a hang-up the server has not read yet is found by the token's question
+        (the model clients ask it as each request goes out): a client that leaves before a model call
+        starts never costs one."""
+        if observation is not None:
+            observation.stream = wire_request.stream
+        token = RunToken(caller_gone=request.scope.get(CLIENT_GONE))
+        disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
         try:
-            duet = self.pipeline(parsed.model)
-            observation = current_observation()  # the run reports to it; the request's log line names the pipeline
-            if observation is not None:
-                observation.pipeline = duet.name
-            run_request = await protocol.prepare(parsed, duet, owner)
-            if observation is not None:
-                observation.stream = run_request.stream
-            # The disconnect watcher is live before the run exists, and cancels the run's token itself
-            # as the server reads the hang-up; a hang-up the server has not read yet is found by the
-            # token's question (the model clients ask it as each request goes out): a client that
-            # leaves before a model call starts never costs one.
-            token = RunToken(caller_gone=request.scope.get(CLIENT_GONE))
-            disconnected = watch_disconnect(request.scope, request.receive, then=token.cancel)
-            response_id = f"{protocol.id_prefix}{random_id()}"
-            try:
-                run = duet.start(run_request.conversation, tools=run_request.tools, options=run_request.options,
-                                 request_id=response_id, user=run_request.user, cancellation_token=token,
-                                 observer=observation, owner=owner)
-            except BaseException:
-                disconnected.cancel()
-                raise
-            # The watcher looks, and the run takes its first steps until its first model request is
-            # written: the response is made after, while the model works, not on the request's way out.
-            try:
-                await run.request_out(REQUEST_OUT_WAIT)
-            except BaseException:  # the request's task is cancelled (a forced shutdown): stop the run too
-                disconnected.cancel()
-                await run.close()
-                raise
-            if disconnected.done():
-                await run.close()
-                return Response(status_code=499)
-            if run_request.stream:
-                writer = protocol.stream_writer(run_request, response_id)
-                renderer = Renderer(writer, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
-                source = _EventSource(self, run, protocol, run_request, renderer, writer, first_wait=self.ping_interval)
-                return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
-                                           disconnected=disconnected, stopped=gate.stopped)
-            source = _EventSource(self, run, protocol, run_request)
-        finally:
-            gate.starting -= 1
-        return await self._collected(protocol, run_request, duet, source, response_id, disconnected, token)
+            run = duet.start(wire_request.run_request, cancellation_token=token, observer=observation)
+        except BaseException:
+            disconnected.cancel()
+            raise
+        try:
+            await run.request_out(REQUEST_OUT_WAIT)
+        except BaseException:  # the request's task is cancelled (a forced shutdown): stop the run too
+            disconnected.cancel()
+            await run.close()
+            raise
+        if disconnected.done():
+            await run.close()
+            return None
+        return run, disconnected, token
+
+    def _event_stream(self, protocol: WireProtocol[Any], duet: Duet, wire_request: WireRequest, run: DuetStream,
+                      disconnected: asyncio.Future[None]) -> EventStreamResponse:
+        """The streamed response: the run's events rendered by the protocol's stream writer (its opening
+        now: it leaves with the first events)."""
+        writer = protocol.stream_writer(wire_request, wire_request.response_id)
+        renderer = Renderer(writer, protocol.reasoning_output(duet.reasoning_output), wire_request.legacy)
+        renderer.start()
+        source = _EventSource(self, run, protocol, wire_request, renderer, writer, first_wait=self.ping_interval)
+        return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
+                                   disconnected=disconnected, stopped=self.gate.stopped)
 
     async def _collected(
         self,
         protocol: WireProtocol[Any],
-        run_request: RunRequest,
+        wire_request: WireRequest,
         duet: Duet,
         source: "_EventSource",
-        response_id: str,
         disconnected: asyncio.Future[None],
         token: CancellationToken,
     ) -> Response:
@@ -296,19 +326,19 @@ class Service:
             if client_left:
                 return Response(status_code=499)
             return protocol.error_response(shutting_down(), headers={"connection": "close"})
-        fold = protocol.fold(run_request, response_id)
-        renderer = Renderer(fold, protocol.reasoning_output(duet.reasoning_output), run_request.legacy)
+        fold = protocol.fold(wire_request, wire_request.response_id)
+        renderer = Renderer(fold, protocol.reasoning_output(duet.reasoning_output), wire_request.legacy)
         renderer.start()
         events = collector.result()
         for event in events:
             renderer.render(event)
         if events and isinstance(events[-1], Finished) and events[-1].hidden_part_lost:
-            run_request.unsaved.append("tool_round")
-        await protocol.completed(run_request, fold)
+            wire_request.unsaved.append("tool_round")
+        await protocol.completed(wire_request, fold)
         result = fold.result()
         if isinstance(result, APIError):
             return protocol.error_response(result)
-        headers = {UNSAVED_HEADER: ", ".join(run_request.unsaved)} if run_request.unsaved else None
+        headers = {UNSAVED_HEADER: ", ".join(wire_request.unsaved)} if wire_request.unsaved else None
         return TimedWriteResponse(JSONResponse(result.model_dump(mode="json"), headers=headers), self.options.write_timeout)
 
 
@@ -322,7 +352,7 @@ class _EventSource:
         service: Service,
         run: DuetStream,
         protocol: WireProtocol[Any],
-        request: RunRequest,
+        request: WireRequest,
         renderer: Renderer | None = None,
         writer: StreamWriter | None = None,
         first_wait: float = 5.0,
@@ -364,7 +394,6 @@ class _EventSource:
     async def chunks(self) -> AsyncIterator[bytes]:
         assert self._renderer is not None and self._writer is not None
         render, take = self._renderer.render, self._writer.take
-        self._renderer.start()
         for event in self._first:
             render(event)
         # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.

@@ -14,6 +14,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from duet.agents import DuetError
 from duet.agents import AnswerSettings, GroundingSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
 from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
 from duet.agents import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
@@ -30,7 +31,7 @@ KEY_VARIABLES = {"reasoner": "DUET_REASONER_API_KEY", "answer": "DUET_ANSWER_API
 model clients, never an :class:`EnvSettings` field (a secret is never a setting's value)."""
 
 
-class ConfigError(ValueError):
+class ConfigError(DuetError, ValueError):
     """A configuration the operator must fix, told in one line that names where it is set (the
     file, the ``DUET_*`` variable or the flag) and what is allowed there."""
 

@@ -18,7 +18,7 @@ import json
 import time
 from typing import Any
 
-from duet.api.chat._service import _parse_request
+from duet.api.chat._service import parse_chat
 from duet.api.messages._service import parse_messages
 from duet.api.responses import Responses
 from duet.api._settings import ServiceOptions
@@ -59,7 +59,7 @@ def main() -> None:
     figures: dict[str, dict[str, float]] = {}
     options = ServiceOptions()
     responses = Responses(None)  # type: ignore[arg-type] # parsing reads no store
-    readers = {name: (raw, _parse_request) for name, raw in bodies().items()}
+    readers = {name: (raw, parse_chat) for name, raw in bodies().items()}
     readers["responses-tool-heavy"] = (tool_heavy("responses"), responses.parse)
     readers["messages-tool-heavy"] = (tool_heavy("messages"), parse_messages)
     for name, (raw, parse) in readers.items():

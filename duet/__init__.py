@@ -4,11 +4,15 @@
 - :mod:`duet.workbenches` — the shared workbench, client (proxy) tools and service tools (``service_tool``);
 - :mod:`duet.api` — the HTTP edge (``create_app``) and the ``duet`` command line.
 
-This folder holds only this file: the three packages live in the repository's top-level folders
-``agents/``, ``workbenches/`` and ``api/`` (mapped by ``package-dir`` in pyproject.toml).
+This folder holds this file and the few helpers every room shares (private: ``duet._errors``, the
+base of every Duet error, is :class:`duet.agents.DuetError`): the three packages live in the
+repository's top-level folders ``agents/``, ``workbenches/`` and ``api/`` (mapped by ``package-dir``
+in pyproject.toml). The root exports no names of its own.
 """
 
 import sys as _sys
+
+__all__: list[str] = []
 
 
 def _import_jsonref_without_requests() -> None:

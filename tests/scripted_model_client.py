@@ -1,7 +1,7 @@
 """A scripted AutoGen ``ChatCompletionClient`` for unit tests of the agents' turns (no sockets).
 
 Each model call takes the next :class:`ScriptedTurn`: ``create_stream`` yields its pieces (plain
-text, :class:`~duet.agents.ReasoningText`, inline ``<think>`` text: whatever a real client would)
+text, :class:`~duet.agents.upstream.ReasoningText`, inline ``<think>`` text: whatever a real client would)
 and then its ``CreateResult``. Every call is recorded with its arguments, and whether the caller
 closed the stream before its end::
 
@@ -27,7 +27,7 @@ from autogen_core.models import (
 from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel
 
-from duet.agents import ANSWER_MODEL_INFO
+from duet.agents.upstream import ANSWER_MODEL_INFO
 
 
 def text_result(text: str, *, thought: str | None = None, usage: tuple[int, int] = (10, 2), finish_reason: str = "stop") -> CreateResult:

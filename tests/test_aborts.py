@@ -12,7 +12,8 @@ import pytest
 import yaml
 from autogen_core import CancellationToken
 
-from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, TeamFactory
+from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings
+from duet.agents.pipeline import TeamFactory
 from duet.agents.pipeline._pool import TeamSlot
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
 from tests.hang_ups import alarming_lines, hang_ups

@@ -31,7 +31,8 @@ from autogen_core.tools import FunctionTool
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 from PIL import Image as PILImage
 
-from duet.agents import ANSWER_MODEL_INFO, AnswerAgent, OpenAICompatibleClient, ReasoningAgent, ReasoningText
+from duet.agents.upstream import ANSWER_MODEL_INFO, ReasoningText
+from duet.agents import AnswerAgent, OpenAICompatibleClient, ReasoningAgent
 from duet.agents._answer_agent import REASONING_PREAMBLE
 from duet.agents._messages import reasoning_reply
 from duet.agents.upstream import streaming_create_args

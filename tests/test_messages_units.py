@@ -21,9 +21,14 @@ from duet.agents import DuetEvent, UpstreamStatusError, UpstreamTimeout, Upstrea
 from duet.agents._conversation import ImageURL
 from duet.agents._events import ContentDelta, Finished, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from duet.api._errors import APIError, as_api_error
-from duet.api.messages import MessageFold, MessageStreamWriter, error_body, estimate_input_tokens, read_input
+from duet.api.messages._errors import error_body
+from duet.api.messages._fold import MessageFold
+from duet.api.messages._reader import read_input
+from duet.api.messages._stream import MessageStreamWriter
+from duet.api.messages._tokens import estimate_input_tokens
 from duet.api.messages._protocol import Message, MessagesRequest, thinking_signature
-from duet.api.messages._reader import answer_options
+from duet.api._options import answer_options as options_for
+from duet.api.messages._reader import asked_options
 from duet.api.messages._service import parse_messages
 from duet.api._settings import ServiceOptions
 from duet.api.messages._stream import PING
@@ -285,6 +290,11 @@ def test_unusable_input_is_a_400_naming_the_param(fields: dict[str, Any], param:
     with pytest.raises(APIError) as raised:  # by the request model (a tool schema) or by the reader
         parse_messages(json.dumps(body).encode(), ServiceOptions())
     assert raised.value.status == 400 and raised.value.detail.param == param, raised.value.detail
+
+
+def answer_options(wire: MessagesRequest, tools: list[Any], service_tool_names: set[str]) -> Any:
+    """The answer model's options of a Messages request: its mapping, then the one options path."""
+    return options_for(asked_options(wire), tools, service_tool_names)[0]
 
 
 def test_answer_options() -> None:

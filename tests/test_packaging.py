@@ -4,7 +4,9 @@ can hold service tools, and team files exported under the old names still load."
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from duet.agents import AnswerSettings, Duet, PipelineSettings, ReasonerSettings, export_team
+from duet.agents import AnswerSettings, Duet, PipelineSettings, ReasonerSettings, export_team, load_team, load_team_config
+from duet.agents.pipeline import OldTeamFileWarning
 from duet.workbenches import proxy_tools_from_openai
 from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, DuetServer, tool
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
@@ -170,3 +173,82 @@ def test_old_team_file_is_served(old_team_file: Path, upstream: ScriptedUpstream
         server.stop()
     warnings = [line for line in server.log.read_text().splitlines() if "old top-level names" in line]
     assert len(warnings) == 1 and "FutureWarning" in warnings[0]
+
+
+TEAM_0_1_0 = ROOT / "tests" / "fixtures" / "team-0.1.0.json"
+"""A team file as Duet 0.1.0 exported it: ``duet export-team --config team-0.1.0.yaml --tools
+team-0.1.0.tools.json`` (both beside it) run on the commit before the packages moved under ``duet.``
+(7462b5e^). Its providers are ``agents.*`` and ``workbenches.*``; its upstreams ``http://127.0.0.1:9/v1``."""
+OLD_PROVIDERS = "agents.AnswerAgent, agents.OpenAICompatibleClient, agents.ReasoningAgent, workbenches.DuetWorkbench, workbenches.ProxyTool"
+COMPONENT_TEXT = {"description", "label", "version", "component_version"}  # a component's, not its configuration
+
+
+@pytest.fixture
+def team_0_1_0(upstream: ScriptedUpstream, tmp_path: Path) -> Path:
+    path = tmp_path / "team-0.1.0.json"
+    path.write_text(TEAM_0_1_0.read_text().replace("http://127.0.0.1:9/v1", upstream.base_url))
+    return path
+
+
+def assert_holds(old: object, loaded: object, where: str = "team") -> None:
+    """Every setting of ``old`` (a component tree) is in ``loaded``, with the same value; providers renamed."""
+    if isinstance(old, dict):
+        assert isinstance(loaded, dict), where
+        for key, value in old.items():
+            if key == "provider" and value.startswith(("agents.", "workbenches.")):
+                assert loaded[key] == f"duet.{value}", where
+            elif not ("provider" in old and key in COMPONENT_TEXT):
+                assert key in loaded, f"{where}.{key}"
+                assert_holds(value, loaded[key], f"{where}.{key}")
+    elif isinstance(old, list):
+        assert isinstance(loaded, list) and len(loaded) == len(old), where
+        for index, (item, other) in enumerate(zip(old, loaded)):
+            assert_holds(item, other, f"{where}[{index}]")
+    else:
+        assert loaded == old, f"{where}: {loaded!r} != {old!r}"
+
+
+def test_a_team_file_of_duet_0_1_0_loads_as_its_configuration_says(team_0_1_0: Path) -> None:
+    with pytest.warns(OldTeamFileWarning, match=rf"team file {team_0_1_0} names providers by their old top-level names \({OLD_PROVIDERS}\)"):
+        config = load_team_config(team_0_1_0)
+    assert issubclass(OldTeamFileWarning, FutureWarning)
+
+    async def loaded() -> dict[str, object]:
+        team = load_team(config)
+        try:
+            return team.dump_component().model_dump()
+        finally:
+            for agent in team._participants:  # type: ignore[attr-defined]
+                await agent.close()
+
+    assert_holds(json.loads(team_0_1_0.read_text()), asyncio.run(loaded()))
+
+
+def test_duet_serve_says_once_that_a_team_file_of_duet_0_1_0_is_old_and_serves_it(
+        team_0_1_0: Path, upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    upstream.script("old-reasoner", Reply(reasoning=["Chart it."]))
+    upstream.script("old-answer", Reply(content=["Ahoy."]))
+    server = DuetServer(["--team", str(team_0_1_0), "--model-name", "old", "--workers", "2"], {"DUET_API_KEYS": API_KEY},
+                        tmp_path / "duet.log", cwd=tmp_path)
+    try:
+        assert ask(server, "old") == "Ahoy."
+    finally:
+        server.stop()
+    said = [line for line in server.log.read_text().splitlines() if "agents.AnswerAgent" in line]
+    assert len(said) == 1, server.log.read_text()  # the process that starts the workers says it; no worker repeats it
+    assert f"team file {team_0_1_0} names providers by their old top-level names ({OLD_PROVIDERS})" in said[0]
+    assert "WARNING" in said[0] and "FutureWarning" in said[0]
+    reasoner, answer = upstream.requests_for("old-reasoner")[0], upstream.requests_for("old-answer")[0]
+    assert reasoner.body["messages"][0]["content"].startswith("Think like a cartographer.")
+    assert reasoner.body["temperature"] == 0.3
+    assert answer.body["messages"][0]["content"].startswith("Answer like a sailor.")
+    assert (answer.body["temperature"], answer.body["max_tokens"], answer.headers.get("x-team")) == (0.7, 333, "old")
+
+
+def test_duet_check_says_once_that_a_team_file_is_old(team_0_1_0: Path, tmp_path: Path) -> None:
+    checked = subprocess.run([str(Path(sys.executable).parent / "duet"), "check", "--team", str(team_0_1_0)], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "DUET_STATE_URL": "memory://"})
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    said = [line for line in (checked.stdout + checked.stderr).splitlines() if "agents.AnswerAgent" in line]
+    assert said == [f"warning: team file {team_0_1_0} names providers by their old top-level names ({OLD_PROVIDERS}); "
+                    "loaded as duet.*, re-export it with `duet export-team` to drop this warning"]

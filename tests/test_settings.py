@@ -13,24 +13,11 @@ import pytest
 import yaml
 from autogen_agentchat.base import Team
 
-from duet.agents import (
-    AnswerAgent,
-    AnswerAgentConfig,
-    AnswerAgentOptions,
-    AnswerSettings,
-    GroundingAgent,
-    GroundingAgentConfig,
-    GroundingSettings,
-    ModelSettings,
-    OpenAICompatibleClient,
-    OpenAICompatibleClientConfig,
-    PipelineSettings,
-    ReasonerSettings,
-    ReasoningAgent,
-    ReasoningAgentConfig,
-    ReasoningAgentOptions,
-    export_team,
-)
+from duet.agents import AnswerAgent, AnswerSettings, GroundingAgent, GroundingSettings, ModelSettings, OpenAICompatibleClient, PipelineSettings, ReasonerSettings, ReasoningAgent, export_team
+from duet.agents._answer_agent import AnswerAgentConfig, AnswerAgentOptions
+from duet.agents._grounding import GroundingAgentConfig
+from duet.agents.upstream import OpenAICompatibleClientConfig
+from duet.agents._reasoning_agent import ReasoningAgentConfig, ReasoningAgentOptions
 from duet.api import ConfigFile, EnvSettings
 from duet.api.server._cli import SERVE_FLAGS, build_parser, given_flags, main
 from duet.api._settings import ServiceOptions

@@ -38,32 +38,13 @@ from autogen_core.models import (
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
-from duet.agents import (
-    ANSWER_MODEL_INFO,
-    ANSWERER_NAME,
-    CLIENT,
-    REASONER_NAME,
-    AnswerSettings,
-    ContentDelta,
-    ConversationError,
-    DuetRun,
-    ImageURL,
-    OpenAICompatibleClient,
-    PipelineSettings,
-    ReasonerSettings,
-    ReasoningDelta,
-    TeamFactory,
-    TeamLoadError,
-    ToolCall,
-    ToolCallsRequested,
-    UpstreamError,
-    Usage,
-    bind_run,
-    build_team,
-    conversation_from_openai,
-    current_run,
-    task_messages,
-)
+from duet.agents.upstream import ANSWER_MODEL_INFO
+from duet.agents import ANSWERER_NAME, AnswerSettings, ContentDelta, ConversationError, OpenAICompatibleClient, PipelineSettings, REASONER_NAME, ReasonerSettings, ReasoningDelta, TeamLoadError, ToolCall, ToolCallsRequested, UpstreamError, Usage, build_team, conversation_from_openai
+from duet.agents._names import CLIENT
+from duet.agents._run import DuetRun, bind_run, current_run
+from duet.agents._conversation import ImageURL
+from duet.agents.pipeline import TeamFactory
+from duet.agents._messages import task_messages
 from duet.agents._base import DuetAgent
 from duet.agents.continuations import Continuation, splice, tool_rounds
 from duet.agents._conversation import DUET_CALL_ID, MISSING_RESULT, ends_with_tool_results, last_user_text

@@ -364,7 +364,7 @@ def test_a_tool_holding_other_objects_is_built_each_time() -> None:
 def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
     from pydantic import ValidationError
 
-    from duet.api.chat._service import client_tools_of
+    from duet.api.chat._reader import client_tools_of
     from duet.api._wire import KnownTools
     from duet.api.chat._protocol import ChatCompletionRequest
 

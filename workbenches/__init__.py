@@ -3,13 +3,18 @@
 Public API:
 
 - :class:`DuetWorkbench` — the shared ``StaticStreamWorkbench``: client tools beside service tools;
-- client tools: :class:`ProxyTool` (a client's schema, passed through verbatim), :func:`proxy_tools_from_openai`
-  (built once per distinct entry and list: :class:`ContentCache`, :func:`content_key`), :func:`model_safe_name` (the alias a model sees for a name OpenAI would reject),
-  :func:`parameters_problem` and :func:`json_schema_problem` (what an upstream would refuse in a tool's or a response format's schema),
-  :class:`CachingToolSchema` and :func:`derived_from` (what readers derive from a client tool's schema, derived once);
-- service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import path),
-  :class:`McpServer` / :class:`McpServerTool` (MCP servers), :class:`HttpServiceTool` / :class:`HttpToolSettings` (HTTP endpoints),
-  :class:`ServiceTools` and :class:`ToolsSettings` (a pipeline's set, from the YAML);
+- client tools: :class:`ProxyTool` (a client's schema, passed through verbatim; running one here is a
+  :class:`ClientSideToolError`), :func:`proxy_tools_from_openai` (built once per distinct entry and
+  list: :class:`ContentCache`, :func:`content_key`), :func:`model_safe_name` (the alias a model sees
+  for a name OpenAI would reject), :func:`parameters_problem` and :func:`json_schema_problem` (what an
+  upstream would refuse in a tool's or a response format's schema), :class:`CachingToolSchema` and
+  :func:`derived_from` (what readers derive from a client tool's schema, derived once);
+- service tools: :func:`service_tool` and :class:`PythonFunctionTool` (Python functions, by import
+  path), :class:`McpServer` / :class:`McpServerTool` (MCP servers; a server that is down:
+  :class:`McpServerUnavailable`; :func:`stop_shared_servers` when the process ends),
+  :class:`HttpServiceTool` (HTTP endpoints), :class:`ServiceTools` (a pipeline's set);
+- their settings (the YAML ``tools:`` section): :class:`ToolsSettings`, of :class:`FunctionToolSettings`,
+  :class:`McpServerSettings` and :class:`HttpToolSettings`;
 - :class:`RequestContext` — what a service tool's ``_context`` parameter receives (the request's workbench
   hands it to the tool).
 
@@ -21,19 +26,11 @@ import importlib
 from typing import Any
 
 from duet.workbenches._context import RequestContext
-from duet.workbenches._workbench import DuetWorkbench, DuetWorkbenchConfig
-from duet.workbenches._functions import PythonFunctionTool, PythonFunctionToolConfig, function_tools, service_tool
+from duet.workbenches._workbench import DuetWorkbench
+from duet.workbenches._functions import PythonFunctionTool, service_tool
 from duet.workbenches._http_settings import HttpToolSettings
 from duet.workbenches._mcp_settings import McpServerSettings, stop_shared_servers
-from duet.workbenches._proxy_tool import (
-    CachingToolSchema,
-    ClientSideToolError,
-    ProxyTool,
-    ProxyToolArgs,
-    ProxyToolConfig,
-    derived_from,
-    model_safe_name,
-)
+from duet.workbenches._proxy_tool import CachingToolSchema, ClientSideToolError, ProxyTool, derived_from, model_safe_name
 from duet.workbenches._parameter_schemas import json_schema_problem, parameters_problem
 from duet.workbenches._service_tools import FunctionToolSettings, ServiceTools, ToolsSettings
 from duet.workbenches._tool_schemas import ContentCache, content_key, proxy_tools_from_openai
@@ -43,7 +40,6 @@ __all__ = [
     "ClientSideToolError",
     "ContentCache",
     "DuetWorkbench",
-    "DuetWorkbenchConfig",
     "FunctionToolSettings",
     "HttpServiceTool",
     "HttpToolSettings",
@@ -52,16 +48,12 @@ __all__ = [
     "McpServerTool",
     "McpServerUnavailable",
     "ProxyTool",
-    "ProxyToolArgs",
-    "ProxyToolConfig",
     "PythonFunctionTool",
-    "PythonFunctionToolConfig",
     "RequestContext",
     "ServiceTools",
     "ToolsSettings",
     "content_key",
     "derived_from",
-    "function_tools",
     "json_schema_problem",
     "model_safe_name",
     "parameters_problem",

@@ -21,6 +21,7 @@ from autogen_ext.tools.mcp import McpServerParams, McpWorkbench, StdioServerPara
 from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import Self
 
+from duet._errors import DuetError
 from duet.workbenches._http_settings import expand_env
 from duet.workbenches._mcp_settings import SHARED_SERVERS
 from duet.workbenches._proxy_tool import ProxyToolArgs
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 _PARAMS = TypeAdapter(McpServerParams)
 
 
-class McpServerUnavailable(RuntimeError):
+class McpServerUnavailable(DuetError, RuntimeError):
     """The server is down (and being restarted)."""
 
 

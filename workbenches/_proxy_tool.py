@@ -17,6 +17,8 @@ from autogen_core.tools import BaseTool, ToolSchema
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import Self
 
+from duet._errors import DuetError
+
 _T = TypeVar("_T")
 
 
@@ -122,7 +124,7 @@ class ProxyToolConfig(BaseModel):
     strict: Optional[bool] = None
 
 
-class ClientSideToolError(RuntimeError):
+class ClientSideToolError(DuetError, RuntimeError):
     """Raised when something tries to run a proxy tool in-process."""
 
 

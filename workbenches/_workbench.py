@@ -22,6 +22,19 @@ class DuetWorkbenchConfig(BaseModel):
     tools: list[ComponentModel] = []
 
 
+def _unshadowed(tools: list[BaseTool[Any, Any]], client_tools: list[ProxyTool],
+                service_tools: list[BaseTool[Any, Any]]) -> tuple[list[BaseTool[Any, Any]], list[BaseTool[Any, Any]]]:
+    """``tools`` and ``service_tools`` without the service tools a client tool of the same name shadows."""
+    client_names = {tool.name for tool in client_tools}
+    shadowed = [tool for tool in service_tools if tool.name in client_names]
+    if not shadowed:
+        return tools, service_tools
+    for tool in shadowed:
+        logger.warning("client tool '%s' shadows the service tool of the same name", tool.name)
+    return ([tool for tool in tools if all(tool is not other for other in shadowed)],
+            [tool for tool in service_tools if tool.name not in client_names])
+
+
 class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # type: ignore[misc]
     """A ``StaticStreamWorkbench`` that also knows which of its tools belong to the client.
 
@@ -49,16 +62,8 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
         for tool in tools:
             (client_tools if _is_client_tool(tool) else service_tools).append(tool)  # type: ignore[arg-type]
         kept = list(tools)
-        client_names: set[str] = set()
-        shadowed: list[BaseTool[Any, Any]] = []
         if service_tools and client_tools:  # a request's common case has one kind or none: nothing to shadow
-            client_names = {tool.name for tool in client_tools}
-            shadowed = [tool for tool in service_tools if tool.name in client_names]
-        if shadowed:
-            for tool in shadowed:
-                logger.warning("client tool '%s' shadows the service tool of the same name", tool.name)
-            service_tools = [tool for tool in service_tools if tool.name not in client_names]
-            kept = [tool for tool in kept if all(tool is not other for other in shadowed)]
+            kept, service_tools = _unshadowed(kept, client_tools, service_tools)
         super().__init__(tools=kept)
         self._service_tools = service_tools
         self._client_tools = {tool.name: tool for tool in client_tools}

@@ -16,14 +16,21 @@ faults into :class:`StoreUnavailable` (reported once per outage), so a round goe
 hidden part.
 
 Every entry belongs to an owner (:func:`owned`): the API key whose request stored it, as a stable,
-non-reversible id, so one key never reads or continues what another stored.
+non-reversible id, so one key never reads or continues what another stored; a run from Python has
+:data:`DEFAULT_OWNER`.
+
+Public API: the record, :class:`Continuation`, and the abstract :class:`ContinuationStore`; the
+back-ends above and :class:`GuardedStore`; :func:`open_store` (a URL → a guarded back-end; the
+defaults :data:`DEFAULT_STATE_URL`, :data:`DEFAULT_STORE_TIMEOUT` and :data:`DEFAULT_TTL`);
+:func:`owned`; :func:`tool_rounds`, :func:`splice`; the errors :class:`StoreOpenError` (the store
+cannot open: the service does not start) and :class:`StoreUnavailable`.
 """
 
-from duet.agents.continuations._guarded import RETRY_INTERVAL, GuardedStore, open_store
+from duet.agents.continuations._guarded import GuardedStore, open_store
 from duet.agents.continuations._memory import MemoryContinuationStore
 from duet.agents.continuations._redis import RedisContinuationStore
 from duet.agents.continuations._rounds import splice, tool_rounds
-from duet.agents.continuations._sqlite import SWEEP_BATCH, SWEEP_INTERVAL, SQLiteContinuationStore
+from duet.agents.continuations._sqlite import SQLiteContinuationStore
 from duet.agents.continuations._store import (
     DEFAULT_OWNER,
     DEFAULT_STATE_URL,
@@ -45,11 +52,8 @@ __all__ = [
     "DEFAULT_TTL",
     "GuardedStore",
     "MemoryContinuationStore",
-    "RETRY_INTERVAL",
     "RedisContinuationStore",
     "SQLiteContinuationStore",
-    "SWEEP_BATCH",
-    "SWEEP_INTERVAL",
     "StoreOpenError",
     "StoreUnavailable",
     "open_store",

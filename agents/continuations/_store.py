@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 from autogen_core.models import LLMMessage
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
+from duet._errors import DuetError
 from duet.agents._model_reasoning import ModelReasoning, ReasonedAssistantMessage, calls_key, with_reasoning
 
 logger = logging.getLogger("duet.agents.continuations")
@@ -65,11 +66,11 @@ class Continuation(BaseModel):
 _CONTINUATION = TypeAdapter(Continuation)
 
 
-class StoreOpenError(RuntimeError):
+class StoreOpenError(DuetError, RuntimeError):
     """The store cannot be opened (e.g. an unwritable SQLite path): the service does not start."""
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(DuetError, RuntimeError):
     """A store call failed or did not answer in time. The :class:`GuardedStore` has reported it
     (once per outage); the caller goes on without the stored part."""
 

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Sequence
 
 from autogen_agentchat.base import Team
+from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken, ComponentModel
 from autogen_core.models import AssistantMessage, ChatCompletionClient, FunctionExecutionResultMessage, LLMMessage
+from typing_extensions import Unpack
 
-from duet.workbenches import DuetWorkbench, ProxyTool, RequestContext, ServiceTools, proxy_tools_from_openai
+from duet.workbenches import DuetWorkbench, RequestContext, ServiceTools
 
 from duet.agents._cancellation import RunToken
 from duet.agents.continuations import (
-    DEFAULT_OWNER,
     Continuation,
     ContinuationStore,
     GuardedStore,
@@ -32,14 +33,15 @@ from duet.agents.continuations import (
     splice,
     tool_rounds,
 )
-from duet.agents._conversation import DUET_CALL_ID, conversation_from_openai, ends_with_tool_results
+from duet.agents._conversation import DUET_CALL_ID, ends_with_tool_results
 from duet.agents._events import DuetEvent, Failed, Finished, FinishReason
 from duet.agents._ids import random_id
 from duet.agents._messages import AnswerReply, ClientHandoff, GroundingReply, ReasoningReply, read_reply, task_messages
 from duet.agents._observe import RunObserver, request_sent_hook
 from duet.agents.pipeline._pool import TeamPool, TeamSlot
 from duet.agents.pipeline._result import DuetResult
-from duet.agents._run import AnswerOptions, DuetRun, bind_run
+from duet.agents._request import DuetRequest, RequestFields
+from duet.agents._run import DuetRun, bind_run
 from duet.agents.runtime import LeanAgentRuntime
 from duet.agents._settings import PipelineSettings, ReasoningOutput
 from duet.agents.pipeline._stream import DuetStream, EventChannel
@@ -174,73 +176,74 @@ class Duet:
 
     def start(
         self,
-        messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage],
+        request: DuetRequest | Sequence[Mapping[str, Any]] | Sequence[LLMMessage],
         *,
-        tools: Sequence[Mapping[str, Any]] | Sequence[ProxyTool] = (),
-        options: AnswerOptions | None = None,
-        request_id: str | None = None,
-        user: str | None = None,
         cancellation_token: CancellationToken | None = None,
         observer: RunObserver | None = None,
-        owner: str = DEFAULT_OWNER,
+        **fields: Unpack[RequestFields],
     ) -> DuetStream:
-        """Starts one run of the duet (call from a coroutine) and returns it at once.
+        """Starts one run of the duet on ``request`` (call from a coroutine) and returns it at once.
 
-        ``messages`` is an OpenAI ``messages`` list (or AutoGen ``LLMMessage`` objects); ``tools``
-        an OpenAI ``tools`` list (or :class:`ProxyTool` objects). The run binds the request
-        (event sink, the request's workbench, the answer options) and runs a leased team on its
-        runtime; cancelling ``cancellation_token`` or closing the stream stops it. The run keeps
-        pace with its reader: once :data:`~duet.agents.pipeline._stream.MAX_BUFFERED_EVENTS` events wait
-        unread, the agents stop reading their models' streams until the reader catches up (or
-        closes the stream). A token cancelled before the run starts ends it at once with
+        ``request`` is a :class:`~duet.agents.DuetRequest` (what the HTTP service's readers build) or,
+        from Python, an OpenAI ``messages`` list (or AutoGen ``LLMMessage`` objects) with the other
+        fields of :meth:`DuetRequest.of <duet.agents.DuetRequest.of>` as keywords: ``tools`` (an
+        OpenAI ``tools`` list or :class:`ProxyTool` objects), ``options``, ``user``, ``owner`` (whose
+        stored state the run reads and writes; runs from Python share the default owner) and
+        ``request_id``::
+
+            stream = duet.start([{"role": "user", "content": "Hi"}], tools=openai_tools)
+
+        The run binds the request (event sink, the request's workbench, the answer options) and runs
+        a leased team on its runtime; cancelling ``cancellation_token`` or closing the stream stops it.
+        The run keeps pace with its reader: once :data:`~duet.agents.pipeline.MAX_BUFFERED_EVENTS`
+        events wait unread, the agents stop reading their models' streams until the reader catches up
+        (or closes the stream). A token cancelled before the run starts ends it at once with
         ``Failed``, before any model is called. ``observer`` is told of every model, tool and store
-        call of the run (:mod:`duet.agents._observe`). ``owner`` is whose stored state the run reads
-        and writes (the HTTP service passes its API key's id; runs from Python share the default owner).
+        call of the run (:mod:`duet.agents._observe`).
         """
-        if messages and isinstance(messages[0], Mapping):
-            conversation = conversation_from_openai(messages)  # type: ignore[arg-type]
-        else:
-            conversation = list(messages)  # type: ignore[arg-type]
-        if not tools:
-            client_tools: list[ProxyTool] = []
-        elif all(isinstance(tool, ProxyTool) for tool in tools):
-            client_tools = list(tools)  # type: ignore[arg-type]
-        else:
-            client_tools = proxy_tools_from_openai(tools)  # type: ignore[arg-type]
+        if not isinstance(request, DuetRequest):
+            request = DuetRequest.of(request, **fields)
+        elif fields:
+            raise TypeError(f"start() takes a DuetRequest whole; {', '.join(fields)} belong in it")
         channel = EventChannel()
-        request = RequestContext(request_id=request_id or random_id(), user=user, pipeline=self.name, owner=owner)
+        context = RequestContext(request_id=request.request_id or random_id(), user=request.user, pipeline=self.name,
+                                 owner=request.owner)
         run = DuetRun(
             emit=channel.emit,
             room=channel.room,
-            workbench=DuetWorkbench.for_request(self.services.tools, client_tools, request=request),
-            options=options or AnswerOptions(),
-            request=request,
+            workbench=DuetWorkbench.for_request(self.services.tools, request.tools, request=context),
+            options=request.options,
+            request=context,
             observer=observer,
         )
         token = cancellation_token or RunToken()
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
         hook = request_sent_hook.set(channel.mark_request_out)  # for the run's tasks: they copy the context
         try:
-            driver = asyncio.create_task(self._drive(conversation, run, token))
+            driver = asyncio.create_task(self._drive(request.conversation, run, token))
         finally:
             request_sent_hook.reset(hook)
         return DuetStream(channel, driver, token)
 
     async def stream(
-        self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any
+        self, request: DuetRequest | Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any
     ) -> AsyncIterator[DuetEvent]:
         """Runs the duet once, yielding :mod:`duet.agents._events` until ``Finished`` or ``Failed``.
-        Takes the arguments of :meth:`start`; leaving the loop early stops the run."""
-        stream = self.start(messages, **kwargs)
+        Takes the arguments of :meth:`start`; leaving the loop early stops the run::
+
+            async for event in duet.stream([{"role": "user", "content": "Hi"}], tools=openai_tools):
+                print(event)
+        """
+        stream = self.start(request, **kwargs)
         try:
             async for event in stream:
                 yield event
         finally:
             await stream.close()
 
-    async def run(self, messages: Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any) -> DuetResult:
+    async def run(self, request: DuetRequest | Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any) -> DuetResult:
         """Like :meth:`stream`, collected into one :class:`DuetResult`. Raises the run's error."""
-        events = [event async for event in self.stream(messages, **kwargs)]
+        events = [event async for event in self.stream(request, **kwargs)]
         if isinstance(events[-1], Failed):
             raise events[-1].error
         return DuetResult.of(events)
@@ -256,30 +259,8 @@ class Duet:
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
-                if slot.first_speaker is not None:  # its turn starts before the team routes the task to it
-                    await slot.first_speaker.head_start(task, run, token)
-                    # The team's routing (AgentChat's messages, a few hundred microseconds of CPU) waits
-                    # until the first event is on its way to the client: it is not on the path of the first token.
-                    await run.head_start_under_way()
-                if slot.runtime is not None:
-                    slot.runtime.start()
-                finish_reason: FinishReason = "stop"
-                hidden_part_lost = False
-                reasoning: list[str] = []
-                async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
-                    reply = read_reply(message)
-                    if isinstance(reply, ReasoningReply):
-                        if reply.text:
-                            reasoning.append(reply.text)
-                    elif isinstance(reply, GroundingReply):
-                        grounding = reply.text or grounding  # this round's results, else the restored ones
-                    elif isinstance(reply, ClientHandoff):
-                        finish_reason = "tool_calls"
-                        kept = await self._keep(reply.turn, owner, "\n\n".join(reasoning) or earlier_reasoning or "", grounding)
-                        hidden_part_lost = not kept
-                    elif isinstance(reply, AnswerReply):
-                        finish_reason = reply.finish_reason
-                    # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
+                await self._start_team(slot, task, run, token)
+                finish_reason, hidden_part_lost = await self._follow(slot, task, token, owner, earlier_reasoning or "", grounding)
                 run.emit(Finished(finish_reason=finish_reason, hidden_part_lost=hidden_part_lost))
                 clean = True
             except asyncio.CancelledError as exc:
@@ -294,6 +275,41 @@ class Duet:
                     if not clean:
                         token.cancel()  # whatever of the run still goes on stops at its next await
                     await self._settle(slot, clean)
+
+    @staticmethod
+    async def _start_team(slot: TeamSlot, task: list[BaseChatMessage], run: DuetRun, token: CancellationToken) -> None:
+        """The first speaker's turn starts before the team routes the task to it; then the team's runtime."""
+        if slot.first_speaker is not None:
+            await slot.first_speaker.head_start(task, run, token)
+            # The team's routing (AgentChat's messages, a few hundred microseconds of CPU) waits until the
+            # first event is on its way to the client: it is not on the path of the first token.
+            await run.head_start_under_way()
+        if slot.runtime is not None:
+            slot.runtime.start()
+
+    async def _follow(self, slot: TeamSlot, task: list[BaseChatMessage], token: CancellationToken, owner: str,
+                      earlier_reasoning: str, grounding: str) -> tuple[FinishReason, bool]:
+        """Reads the team's replies until it stops: why the run finished, and whether the hidden part of
+        a round that ends with client tool calls was lost (the store was down). That hidden part is kept
+        with the reasoning it was answered with (this round's, else the restored one) and its retrieved
+        context (this round's results, else the restored ones)."""
+        finish_reason: FinishReason = "stop"
+        hidden_part_lost = False
+        reasoning: list[str] = []
+        async for message in slot.team.run_stream(task=task, cancellation_token=token, output_task_messages=False):
+            reply = read_reply(message)
+            if isinstance(reply, ReasoningReply):
+                if reply.text:
+                    reasoning.append(reply.text)
+            elif isinstance(reply, GroundingReply):
+                grounding = reply.text or grounding
+            elif isinstance(reply, ClientHandoff):
+                finish_reason = "tool_calls"
+                hidden_part_lost = not await self._keep(reply.turn, owner, "\n\n".join(reasoning) or earlier_reasoning, grounding)
+            elif isinstance(reply, AnswerReply):
+                finish_reason = reply.finish_reason
+            # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
+        return finish_reason, hidden_part_lost
 
     def _key(self, call_id: str, owner: str) -> str:
         return owned(owner, f"{self.name}:{call_id}")  # a pipeline only ever continues its owner's own rounds

@@ -1,5 +1,7 @@
-"""Team files exported before Duet's packages moved under ``duet.`` name providers such as
-``agents.ReasoningAgent``; this maps them to the current names (the one home of that mapping)."""
+"""Team files exported before Duet's packages moved under ``duet.`` (Duet 0.1.0's exports) name
+providers such as ``agents.ReasoningAgent``; this maps them to the current names (the one home of that
+mapping), and says so with an :class:`OldTeamFileWarning`. ``duet serve`` and ``duet check`` turn
+that warning into one line of their output (the process that starts the workers says it once)."""
 
 import warnings
 from typing import Any
@@ -34,9 +36,15 @@ LEGACY_PROVIDERS: dict[str, str] = {
 }
 
 
-def with_current_providers(tree: Any) -> Any:
-    """The component tree (a dumped ``ComponentModel``) with every legacy provider renamed,
-    warning once per tree; only Duet's own names are touched (a user's ``agents.X`` stays)."""
+class OldTeamFileWarning(FutureWarning):
+    """A team file names Duet's components by their old top-level names (``agents.AnswerAgent``): it
+    loads as ``duet.*``; re-exported with ``duet export-team``, it says nothing."""
+
+
+def with_current_providers(tree: Any, origin: str = "") -> Any:
+    """The component tree (a dumped ``ComponentModel``) with every legacy provider renamed, warning
+    once per tree (``origin``: the file it came from); only Duet's own names are touched (a user's
+    ``agents.X`` stays)."""
     renamed: set[str] = set()
 
     def rename(node: Any) -> Any:
@@ -53,6 +61,7 @@ def with_current_providers(tree: Any) -> Any:
 
     upgraded = rename(tree)
     if renamed:
-        warnings.warn(f"team file names providers by their old top-level names ({', '.join(sorted(renamed))}); loaded as duet.*, "
-                      "re-export it with `duet export-team` to drop this warning", FutureWarning, stacklevel=3)
+        warnings.warn(f"team file {origin + ' ' if origin else ''}names providers by their old top-level names "
+                      f"({', '.join(sorted(renamed))}); loaded as duet.*, re-export it with `duet export-team` to drop "
+                      "this warning", OldTeamFileWarning, stacklevel=3)
     return upgraded

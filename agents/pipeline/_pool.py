@@ -20,7 +20,7 @@ class TeamSlot:
     What closes with it: ``owns_agents``, the team's agents and their model clients, made for it
     alone when a team that is not Duet's own is loaded whole; otherwise ``own_clients``, the model
     clients made for this team alone (those a pipeline does not share). The clients a
-    pipeline shares are closed by its :class:`~duet.agents.TeamFactory`, never by a team.
+    pipeline shares are closed by its :class:`~duet.agents.pipeline.TeamFactory`, never by a team.
     ``first_speaker``: the agent the team hands every new task to first, when that is certain (Duet's
     own team); a run lets it open its model call ahead (:meth:`DuetAgent.head_start`)."""
 

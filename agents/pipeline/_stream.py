@@ -119,7 +119,8 @@ class DuetStream:
         self._channel = channel
         self._driver = driver
         self._token = token
-        self._ended = False
+        self.ended = False
+        """The final event (``Finished`` or ``Failed``) has been handed out (the stream sets it; a reader reads it)."""
         self._pending: list[DuetEvent] = []
         driver.add_done_callback(lambda _: channel.mark_request_out())  # an ended run is past its first request too
 
@@ -129,20 +130,15 @@ class DuetStream:
         prepares after it is done while the model works, not before its request goes out."""
         await self._channel.wait_request_out(timeout)
 
-    @property
-    def ended(self) -> bool:
-        """The final event (``Finished`` or ``Failed``) has been handed out."""
-        return self._ended
-
     async def next_batch(self, timeout: float | None = None) -> list[DuetEvent]:
         """The events that arrived since the last batch (waiting for one if none did); an empty
         list after ``timeout`` seconds without events, or once the run has ended."""
-        if self._ended:
+        if self.ended:
             return []
         batch = await self._channel.drain(timeout)
         for index, event in enumerate(batch):
             if type(event) in _END_EVENTS:
-                self._ended = True
+                self.ended = True
                 return batch[: index + 1]
         return batch
 
@@ -151,7 +147,7 @@ class DuetStream:
 
     async def __anext__(self) -> DuetEvent:
         while not self._pending:
-            if self._ended:
+            if self.ended:
                 raise StopAsyncIteration
             self._pending = await self.next_batch()
         return self._pending.pop(0)
@@ -159,7 +155,7 @@ class DuetStream:
     async def close(self) -> None:
         """Stops the run if it is still going. A run that has handed out its last event is only
         settling its team for reuse; that finishes on its own, off the caller's path."""
-        if self._driver.done() or self._ended:
+        if self._driver.done() or self.ended:
             return
         self._token.cancel()
         try:

@@ -23,15 +23,17 @@ from duet.agents.pipeline._legacy_providers import with_current_providers
 def load_team_config(team: ComponentModel | Mapping[str, Any] | str | Path) -> ComponentModel:
     """A team component from a ``ComponentModel``, a dict, or the path of a JSON file; providers
     under Duet's old top-level names (``agents.ReasoningAgent``) are renamed, with a warning."""
+    origin = ""
     if isinstance(team, ComponentModel):
         team = team.model_dump()
     if isinstance(team, (str, Path)):
+        origin = str(team)
         try:
             team = json.loads(Path(team).read_text())
         except (OSError, ValueError) as exc:
             raise TeamLoadError(f"cannot read team file {team}: {exc}") from exc
     try:
-        return ComponentModel.model_validate(with_current_providers(team))
+        return ComponentModel.model_validate(with_current_providers(team, origin))
     except ValueError as exc:
         raise TeamLoadError(f"not a component: {exc}") from exc
 

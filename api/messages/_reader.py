@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import AbstractSet, Any
+from typing import Any
 
 from autogen_core.models import FunctionExecutionResultMessage, LLMMessage
 
-from duet.agents import AnswerOptions, ConversationError, conversation_from_openai
+from duet.agents import ConversationError, Duet, DuetRequest, conversation_from_openai
 from duet.workbenches import ProxyTool, proxy_tools_from_openai
 
-from duet.api._tools import tool_choice_alias
+from duet.api._options import AskedOptions, ToolChoice, answer_options, sampling_args
+from duet.api._serving import WireRequest, new_response_id
 from duet.api._errors import APIError
 from duet.api.messages._protocol import AnyToolChoice, MessagesRequest, NamedToolChoice, NoToolChoice
 
@@ -87,31 +88,37 @@ def client_tools(request: MessagesRequest) -> list[ProxyTool]:
         raise APIError(400, f"tools: {exc}", param="tools") from None
 
 
-def answer_options(request: MessagesRequest, tools: list[ProxyTool], service_tool_names: AbstractSet[str]) -> AnswerOptions:
-    """The request's knobs for the answer model."""
-    create_args: dict[str, Any] = {"max_tokens": request.max_tokens}
-    if request.temperature is not None:
-        create_args["temperature"] = request.temperature
-    if request.top_p is not None:
-        create_args["top_p"] = request.top_p
-    if request.stop_sequences:
-        create_args["stop"] = request.stop_sequences
+SAMPLING_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "stop_sequences": "stop"}
+"""Anthropic's fields for the answer model, by their Chat Completions names (``metadata.user_id`` aside)."""
+
+
+def asked_options(request: MessagesRequest) -> AskedOptions:
+    """Anthropic's mapping: its field names, ``metadata.user_id`` as the ``user``, and its tool choices
+    (``none``, ``any`` for required, a named tool; ``disable_parallel_tool_use`` for one call at a time)."""
+    create_args = sampling_args(request, SAMPLING_FIELDS)
     if request.metadata is not None and request.metadata.user_id:
         create_args["user"] = request.metadata.user_id
-    has_tools = bool(tools or service_tool_names)
     choice = request.tool_choice
-    if has_tools and getattr(choice, "disable_parallel_tool_use", None):
-        create_args["parallel_tool_calls"] = False
-    tool_choice = "auto"
     if isinstance(choice, NoToolChoice):
-        tool_choice = "none"
+        tool_choice = ToolChoice(mode="none")
     elif isinstance(choice, AnyToolChoice):
-        if not has_tools:
-            raise APIError(400, "tool_choice: 'any' needs tools, and the request has none", param="tool_choice")
-        tool_choice = "required"
+        tool_choice = ToolChoice(mode="required", spelled="any")
     elif isinstance(choice, NamedToolChoice):
-        tool_choice = tool_choice_alias(choice.name, tools, service_tool_names, "tool_choice.name")
-    return AnswerOptions(tool_choice=tool_choice, create_args=create_args)
+        tool_choice = ToolChoice(name=choice.name, param="tool_choice.name")
+    else:
+        tool_choice = ToolChoice()
+    parallel = False if getattr(choice, "disable_parallel_tool_use", None) else None
+    return AskedOptions(create_args, tool_choice, parallel_tool_calls=parallel)
+
+
+def messages_request(request: MessagesRequest, given: MessagesInput, duet: Duet, owner: str, id_prefix: str) -> WireRequest:
+    """What the run gets of ``request``: its conversation and client tools (:func:`read_input`), the
+    answer model's options checked against ``duet``'s tools, a new response id; its writers need
+    nothing more of it."""
+    options, tools = answer_options(asked_options(request), given.tools, duet.service_tool_names)
+    user = request.metadata.user_id if request.metadata is not None else None
+    run_request = DuetRequest(given.conversation, tools, options, user, owner, new_response_id(id_prefix))
+    return WireRequest(run_request, request.model, request.stream)
 
 
 def chat_messages_of(request: MessagesRequest) -> list[dict[str, Any]]:

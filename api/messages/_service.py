@@ -12,13 +12,13 @@ from duet.agents import Duet, ReasoningOutput
 
 from duet.api._errors import APIError
 from duet.api._limits import is_json
-from duet.api._serving import RunRequest, Service, WireProtocol, validated_body
+from duet.api._serving import Service, WireProtocol, WireRequest, validated_body
 from duet.api._settings import ServiceOptions
 from duet.api._validation import LARGE_BODY_BYTES
 from duet.api.messages._errors import error_response
 from duet.api.messages._fold import MessageFold
 from duet.api.messages._protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
-from duet.api.messages._reader import MessagesInput, answer_options, read_input
+from duet.api.messages._reader import MessagesInput, messages_request, read_input
 from duet.api.messages._stream import PING, MessageStreamWriter
 from duet.api.messages._tokens import estimate_input_tokens
 
@@ -29,16 +29,14 @@ class ParsedMessages(NamedTuple):
     request: MessagesRequest
     input: MessagesInput
 
-    @property
-    def model(self) -> str:
-        return self.request.model
+    model: str  # the pipeline it names
 
 
 def parse_messages(raw: bytes, options: ServiceOptions, model: type[MessagesRequest] = MessagesRequest) -> ParsedMessages:
     """The body, validated and converted: everything that can be refused without a model is refused
     here, with a 400 naming the param."""
     request, _ = validated_body(raw, model, (("messages", options.max_messages), ("tools", options.max_tools)))
-    return ParsedMessages(request, read_input(request))
+    return ParsedMessages(request, read_input(request), request.model)
 
 
 class AnthropicMessages(WireProtocol[ParsedMessages]):
@@ -51,21 +49,19 @@ class AnthropicMessages(WireProtocol[ParsedMessages]):
     def parse(self, raw: bytes, options: ServiceOptions) -> ParsedMessages:
         return parse_messages(raw, options)
 
-    async def prepare(self, parsed: ParsedMessages, duet: Duet, owner: str) -> RunRequest:
-        wire, given = parsed
-        options = answer_options(wire, given.tools, duet.service_tool_names)
-        user = wire.metadata.user_id if wire.metadata is not None else None
-        return RunRequest(wire.model, wire.stream, given.conversation, given.tools, options, user=user)  # its writers need nothing more of it
+    async def prepare(self, parsed: ParsedMessages, duet: Duet, owner: str) -> WireRequest:
+        wire, given, _ = parsed
+        return messages_request(wire, given, duet, owner, self.id_prefix)
 
     def reasoning_output(self, configured: ReasoningOutput) -> ReasoningOutput:
         """Thinking blocks are where Anthropic's clients show reasoning: ``think`` (reasoning inside
         the text, for clients that read only text) becomes them too; ``hidden`` stays hidden."""
         return "hidden" if configured == "hidden" else "reasoning_content"
 
-    def stream_writer(self, request: RunRequest, response_id: str) -> MessageStreamWriter:
+    def stream_writer(self, request: WireRequest, response_id: str) -> MessageStreamWriter:
         return MessageStreamWriter(response_id, request.model)
 
-    def fold(self, request: RunRequest, response_id: str) -> MessageFold:
+    def fold(self, request: WireRequest, response_id: str) -> MessageFold:
         return MessageFold(response_id, request.model)
 
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:

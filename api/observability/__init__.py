@@ -7,7 +7,7 @@ Public API:
 
 - :class:`Observability` — what an app records with (the process's metrics, the tracer if on);
 - :class:`ObservedRequests` — the ASGI middleware: request ids, one observation per request;
-  :func:`current_observation` — the one of the calling request (the run's observer);
+  :func:`current_observation` — the :class:`RequestObservation` of the calling request (the run's observer);
 - :func:`add_metrics_route` — ``GET /metrics``; :class:`SharedMetrics` — the workers' shared directory;
 - :func:`configure_logging` — text or JSON lines naming the request (and the worker);
 - :func:`configure_tracing` — traces as the ``OTEL_*`` variables say; :func:`flush_traces` — sends what waits.

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import time
+import warnings
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -142,6 +143,15 @@ def configure_logging(log_level: str, log_format: LogFormat = "text", worker: bo
     # uvicorn's own lines (started, shutting down) in the same format: through the root handler.
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).setLevel(log_level.upper())
+    warnings.showwarning = log_warning
+
+
+def log_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                line: str | None = None) -> None:
+    """A Python warning (an old team file's) as one log line in the log's format, named by its kind
+    as Python names it (``FutureWarning: …``): not two raw lines on stderr, which a JSON log would not parse."""
+    kind = next(base for base in category.__mro__ if base.__module__ == "builtins").__name__
+    logging.getLogger("py.warnings").warning("%s: %s", kind, message)
 
 
 def logfmt(fields: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""A Responses API request → the run the shared flow starts (:class:`~duet.api._serving.RunRequest`).
+"""A Responses API request → the run the shared flow starts (a :class:`~duet.agents.DuetRequest`).
 
 Input items become OpenAI chat messages, converted by the one converter every protocol uses
 (:func:`duet.agents.conversation_from_openai`): ``message`` items of any role (``developer`` is a
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from duet.agents import AnswerOptions, ConversationError, conversation_from_openai
+from duet.agents import ConversationError, conversation_from_openai
 from duet.workbenches import ContentCache, ProxyTool, content_key, proxy_tools_from_openai
 
-from duet.api._tools import tool_choice_alias
+from duet.api._options import AskedOptions, ToolChoice, sampling_args
 from duet.api._errors import APIError
 from duet.api._wire import FunctionDefinition
 from duet.api.responses._protocol import HOSTED_TOOL_TYPES, NamedToolChoice, ResponsesRequest
@@ -285,41 +285,47 @@ def messages_from_items(items: Sequence[Any], instructions: str | None, origins:
             raise APIError(400, f"{param}: each input item must be an object", param=param, code="invalid_request")
         kind = _kind_of(item, param, "message" if "role" in item else None)
         if kind == "message":
-            role = item.get("role")
-            content = item.get("content")
-            if role in ("system", "developer"):
-                out.add({"role": "system", "content": _text_of(content, f"{param}.content", ("input_text", "text"))}, param)
-            elif role == "user":
-                out.add({"role": "user", "content": _user_parts(content, f"{param}.content")}, param)
-            elif role == "assistant":
-                out.add({"role": "assistant", "content": _text_of(content, f"{param}.content", ("output_text", "input_text", "text"))}, param)
-            else:
-                raise APIError(400, f"{param}.role: unsupported role {str(role)[:32]!r}", param=f"{param}.role", code="invalid_request")
-        elif kind == "function_call":
-            name = flat_name(_namespace(item, param), _string(item, "name", param))
-            arguments = item.get("arguments")
-            if arguments is not None and not isinstance(arguments, str):
-                raise APIError(400, f"{param}.arguments: must be a JSON string", param=f"{param}.arguments", code="invalid_request")
-            out.call({"id": _string(item, "call_id", param), "type": "function",
-                      "function": {"name": name, "arguments": arguments or "{}"}}, param)
-        elif kind == "custom_tool_call":
-            name = flat_name(_namespace(item, param), _string(item, "name", param))
-            text = item.get("input")
-            if not isinstance(text, str):
-                raise APIError(400, f"{param}.input: must be a string", param=f"{param}.input", code="invalid_request")
-            out.call({"id": _string(item, "call_id", param), "type": "function",
-                      "function": {"name": name, "arguments": json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)}}, param)
+            out.add(_message(item, param), param)
+        elif kind in ("function_call", "custom_tool_call"):
+            out.call(_call(item, kind, param), param)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             out.add({"role": "tool", "tool_call_id": _string(item, "call_id", param),
                      "content": _output_text(item.get("output"), f"{param}.output")}, param)
-        elif kind == "reasoning":
-            continue  # the answer model never sees earlier thinking
-        else:
+        elif kind != "reasoning":  # the answer model never sees earlier thinking
             raise APIError(400, f"{param}.type: unsupported input item type {str(kind)[:64]!r}", param=f"{param}.type",
                            code="invalid_request")
     if not out.messages or all(message["role"] == "system" for message in out.messages):
         raise APIError(400, "input: the request has no input to answer", param="input", code="invalid_request")
     return out.messages, out.origins
+
+
+def _message(item: Mapping[str, Any], param: str) -> dict[str, Any]:
+    """A ``message`` item as a chat message: ``developer`` is ``system``."""
+    role = item.get("role")
+    content = item.get("content")
+    if role in ("system", "developer"):
+        return {"role": "system", "content": _text_of(content, f"{param}.content", ("input_text", "text"))}
+    if role == "user":
+        return {"role": "user", "content": _user_parts(content, f"{param}.content")}
+    if role == "assistant":
+        return {"role": "assistant", "content": _text_of(content, f"{param}.content", ("output_text", "input_text", "text"))}
+    raise APIError(400, f"{param}.role: unsupported role {str(role)[:32]!r}", param=f"{param}.role", code="invalid_request")
+
+
+def _call(item: Mapping[str, Any], kind: str, param: str) -> dict[str, Any]:
+    """A ``function_call`` or ``custom_tool_call`` item as a chat tool call (a custom tool's input as its one argument)."""
+    name = flat_name(_namespace(item, param), _string(item, "name", param))
+    if kind == "function_call":
+        arguments = item.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            raise APIError(400, f"{param}.arguments: must be a JSON string", param=f"{param}.arguments", code="invalid_request")
+        arguments = arguments or "{}"
+    else:
+        text = item.get("input")
+        if not isinstance(text, str):
+            raise APIError(400, f"{param}.input: must be a string", param=f"{param}.input", code="invalid_request")
+        arguments = json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)
+    return {"id": _string(item, "call_id", param), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def conversation_of(messages: list[dict[str, Any]], origins: Sequence[str]) -> list[Any]:
@@ -342,40 +348,33 @@ def proxy_tools(chat_tools: list[dict[str, Any]]) -> list[ProxyTool]:
         raise APIError(400, str(exc), param="tools", code="invalid_request") from None
 
 
-def answer_options(request: ResponsesRequest, tools: list[ProxyTool], service_tool_names: AbstractSet[str]) -> tuple[AnswerOptions, list[ProxyTool]]:
-    """The answer model's options, and the tools it may use (``allowed_tools`` narrows them)."""
-    create_args: dict[str, Any] = {}
-    if request.temperature is not None:
-        create_args["temperature"] = request.temperature
-    if request.top_p is not None:
-        create_args["top_p"] = request.top_p
-    if request.max_output_tokens is not None:
-        create_args["max_tokens"] = request.max_output_tokens
-    if request.user is not None:
-        create_args["user"] = request.user
+SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "max_output_tokens": "max_tokens", "user": "user"}
+"""The Responses API's fields for the answer model, by their Chat Completions names (``text.format`` aside)."""
+
+
+def asked_options(request: ResponsesRequest) -> AskedOptions:
+    """The Responses API's mapping: its field names, ``text.format`` as a ``response_format``, and its
+    tool choices (a mode, a function or custom tool by namespace and name, ``allowed_tools``; a hosted
+    tool's choice leaves the choice to the model, whose hosted tools are dropped)."""
+    create_args = sampling_args(request, SAMPLING_FIELDS)
     if request.text is not None and request.text.format is not None and request.text.format.type != "text":
         create_args["response_format"] = request.text.format.response_format()
-    if (tools or service_tool_names) and request.parallel_tool_calls is not None:
-        create_args["parallel_tool_calls"] = request.parallel_tool_calls
+    return AskedOptions(create_args, _tool_choice(request.tool_choice), parallel_tool_calls=request.parallel_tool_calls,
+                        error_code="invalid_request")
 
-    choice = request.tool_choice
-    tool_choice = "auto"
-    if isinstance(choice, str):
-        tool_choice = choice
-    elif isinstance(choice, NamedToolChoice):
-        if choice.type in ("function", "custom"):
-            if not choice.name:
-                raise APIError(400, "tool_choice.name: required for a function or custom tool", param="tool_choice.name",
-                               code="invalid_request")
-            tool_choice = tool_choice_alias(flat_name(choice.namespace, choice.name), tools, service_tool_names,
-                                            "tool_choice")
-        elif choice.type == "allowed_tools":
-            allowed = {flat_name(_namespace(t, "tool_choice.tools"), t["name"]) for t in choice.tools or []
-                       if isinstance(t, Mapping) and isinstance(t.get("name"), str)}
-            tools = [tool for tool in tools if tool.client_name in allowed]
-            tool_choice = choice.mode or "auto"
-        elif choice.type not in HOSTED_TOOL_TYPES:
-            raise APIError(400, f"tool_choice.type: unsupported {choice.type[:64]!r}", param="tool_choice.type", code="invalid_request")
-    if tool_choice == "required" and not (tools or service_tool_names):
-        raise APIError(400, "tool_choice is 'required', but the request has no tools", param="tool_choice", code="invalid_request")
-    return AnswerOptions(tool_choice=tool_choice, create_args=create_args), tools
+
+def _tool_choice(choice: str | NamedToolChoice | None) -> ToolChoice:
+    if choice is None or isinstance(choice, str):
+        return ToolChoice(mode=choice or "auto")  # type: ignore[arg-type]
+    if choice.type in ("function", "custom"):
+        if not choice.name:
+            raise APIError(400, "tool_choice.name: required for a function or custom tool", param="tool_choice.name",
+                           code="invalid_request")
+        return ToolChoice(name=flat_name(choice.namespace, choice.name))
+    if choice.type == "allowed_tools":
+        allowed = frozenset(flat_name(_namespace(t, "tool_choice.tools"), t["name"]) for t in choice.tools or []
+                            if isinstance(t, Mapping) and isinstance(t.get("name"), str))
+        return ToolChoice(mode=choice.mode or "auto", allowed=allowed)
+    if choice.type not in HOSTED_TOOL_TYPES:
+        raise APIError(400, f"tool_choice.type: unsupported {choice.type[:64]!r}", param="tool_choice.type", code="invalid_request")
+    return ToolChoice()

@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, NamedTuple
 
-from duet.agents import Duet
+from duet.agents import Duet, DuetRequest
 
 from duet.api._errors import APIError
 from duet.api._rendering import ResponseWriter
-from duet.api._serving import RunRequest, WireProtocol, validated_body
+from duet.api._options import answer_options
+from duet.api._serving import WireProtocol, WireRequest, new_response_id, validated_body
 from duet.api._settings import ServiceOptions
 from duet.api.responses._protocol import ResponsesRequest
-from duet.api.responses._reader import ClientTool, answer_options, conversation_of, messages_from_items, proxy_tools, read_tools
+from duet.api.responses._reader import ClientTool, asked_options, conversation_of, messages_from_items, proxy_tools, read_tools
 from duet.api.responses._store import ResponseStore
 from duet.api.responses._writers import ResponseFold, ResponseStreamWriter, response_shell
 
@@ -25,9 +26,7 @@ class ParsedResponses(NamedTuple):
     chat_tools: list[dict[str, Any]]  # the tools as the answer model gets them
     client_tools: dict[str, ClientTool]  # what each is to the client, by the name the model sees
 
-    @property
-    def model(self) -> str:
-        return self.request.model
+    model: str  # the pipeline it names
 
 
 class Responses(WireProtocol[ParsedResponses]):
@@ -47,12 +46,22 @@ class Responses(WireProtocol[ParsedResponses]):
         if isinstance(request.input, str) and not request.input:
             raise APIError(400, "input: must not be empty", param="input", code="invalid_request")
         chat_tools, client_tools = read_tools(request.tools or [], options.max_tools)
-        return ParsedResponses(request, body, chat_tools, client_tools)
+        return ParsedResponses(request, body, chat_tools, client_tools, request.model)
 
-    async def prepare(self, parsed: ParsedResponses, duet: Duet, owner: str) -> RunRequest:
-        wire, body, chat_tools, client_tools = parsed
+    async def prepare(self, parsed: ParsedResponses, duet: Duet, owner: str) -> WireRequest:
+        wire, body, chat_tools, client_tools, _ = parsed
         if wire.stored and self.refuse_when_store_down:
             await self.store.ensure_available()
+        items, origins = await self._input_items(wire, body["input"], owner)
+        conversation = conversation_of(*messages_from_items(items, wire.instructions, origins))
+        options, tools = answer_options(asked_options(wire), proxy_tools(chat_tools), duet.service_tool_names)
+        run_request = DuetRequest(conversation, tools, options, wire.user, owner, new_response_id(self.id_prefix))
+        return WireRequest(run_request, wire.model, wire.stream, wire=wire,
+                           state={"client_tools": client_tools, "items": items, "tools": body.get("tools") or []})
+
+    async def _input_items(self, wire: ResponsesRequest, raw_input: Any, owner: str) -> tuple[list[Any], list[str]]:
+        """The items the answer continues: those of the stored response it follows (``previous_response_id``),
+        then its own input, each ``item_reference`` resolved; and where each came from (what a 400 names)."""
         earlier: list[dict[str, Any]] = []
         records: list[dict[str, Any]] = []  # stored responses read for this request: item references resolve from them first
         if wire.previous_response_id is not None:
@@ -62,20 +71,12 @@ class Responses(WireProtocol[ParsedResponses]):
                                 self.store.response_unsaved(owner, wire.previous_response_id), "previous_response_not_found")
             earlier = list(record["items"])
             records.append(record)
-        raw_input = body["input"]
         items = [{"type": "message", "role": "user", "content": raw_input}] if isinstance(raw_input, str) else list(raw_input)
         origins = ["input"] if isinstance(raw_input, str) else [f"input[{index}]" for index in range(len(items))]
         for index, item in enumerate(items):
             if isinstance(item, Mapping) and item.get("type") == "item_reference":
                 items[index] = await self._referenced(item, origins[index], owner, records)
-        messages, message_origins = messages_from_items(
-            earlier + items, wire.instructions, ["previous_response_id"] * len(earlier) + origins)
-        conversation = conversation_of(messages, message_origins)
-        tools = proxy_tools(chat_tools)
-        options, tools = answer_options(wire, tools, duet.service_tool_names)
-        return RunRequest(wire.model, wire.stream, conversation, tools, options, user=wire.user, wire=wire,
-                          state={"client_tools": client_tools, "items": earlier + items, "tools": body.get("tools") or [],
-                                 "owner": owner})
+        return earlier + items, ["previous_response_id"] * len(earlier) + origins
 
     async def _referenced(self, item: Mapping[str, Any], param: str, owner: str, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The item an ``item_reference`` names: from a stored response's output (or input)."""
@@ -93,23 +94,23 @@ class Responses(WireProtocol[ParsedResponses]):
         records.append(record)  # type: ignore[arg-type]
         return found
 
-    def _shell(self, request: RunRequest, response_id: str) -> Any:
+    def _shell(self, request: WireRequest, response_id: str) -> Any:
         return response_shell(response_id, request.wire, request.state["tools"])
 
-    def stream_writer(self, request: RunRequest, response_id: str) -> ResponseStreamWriter:
+    def stream_writer(self, request: WireRequest, response_id: str) -> ResponseStreamWriter:
         return ResponseStreamWriter(self._shell(request, response_id), request.state["client_tools"])
 
-    def fold(self, request: RunRequest, response_id: str) -> ResponseFold:
+    def fold(self, request: WireRequest, response_id: str) -> ResponseFold:
         return ResponseFold(self._shell(request, response_id), request.state["client_tools"])
 
-    async def completed(self, request: RunRequest, writer: ResponseWriter) -> None:
+    async def completed(self, request: WireRequest, writer: ResponseWriter) -> None:
         """Stores a finished response, then ends it: a response that could not be stored says ``store:
         false`` (in the body, in the stream's last event) and is named in the collected response's header."""
         assert isinstance(writer, ResponseFold)
         response = writer.response
         if request.wire.stored and response.status in ("completed", "incomplete"):
             body = response.model_dump(mode="json")
-            if not await self.store.put(request.state["owner"], body, request.state["items"] + body["output"]):
+            if not await self.store.put(request.run_request.owner, body, request.state["items"] + body["output"]):
                 response.store = False
                 request.unsaved.append("response")
                 logger.info("response %s was answered but not stored (the response store is unavailable): it says store: false",

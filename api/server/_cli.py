@@ -11,9 +11,10 @@ import json
 import logging
 import os
 import sys
+import warnings
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 if TYPE_CHECKING:
     from duet.api._app import ServiceConfig
@@ -93,10 +94,24 @@ def _serve(args: argparse.Namespace) -> None:
     raise SystemExit(Supervisor(spec, listener, env.workers).run())
 
 
+def _tools_file(path: str) -> list[Any]:
+    """``duet export-team --tools``: the client tools of a JSON file (an OpenAI ``tools`` list, or an
+    object that holds one), as proxy tools; a file that is not one ends the command."""
+    from duet.workbenches import proxy_tools_from_openai
+
+    try:
+        data = json.loads(Path(path).read_text())
+        return proxy_tools_from_openai(data["tools"] if isinstance(data, dict) else data)
+    except OSError as exc:
+        refuse("export-team", f"{path}: cannot read the tools file: {exc.strerror or exc}")
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, or not an OpenAI 'tools' list
+        refuse("export-team", f"{path}: expected JSON with an OpenAI 'tools' list: {exc}")
+
+
 def _export_team(args: argparse.Namespace) -> None:
     _import_from_working_directory()
     from duet.agents import PipelineSettings, export_team
-    from duet.workbenches import ServiceTools, proxy_tools_from_openai
+    from duet.workbenches import ServiceTools
 
     from duet.api._settings import ConfigError
 
@@ -110,15 +125,7 @@ def _export_team(args: argparse.Namespace) -> None:
         refuse("export-team", f"no pipeline named {args.pipeline!r}; there are: {', '.join(p.name for p in pipelines)}")
     if not isinstance(chosen, PipelineSettings):
         refuse("export-team", f"pipeline {chosen.name!r} is already a team file")
-    tools = []
-    if args.tools:
-        try:
-            data = json.loads(Path(args.tools).read_text())
-            tools = proxy_tools_from_openai(data["tools"] if isinstance(data, dict) else data)
-        except OSError as exc:
-            refuse("export-team", f"{args.tools}: cannot read the tools file: {exc.strerror or exc}")
-        except (ValueError, KeyError, TypeError) as exc:  # not JSON, or not an OpenAI 'tools' list
-            refuse("export-team", f"{args.tools}: expected JSON with an OpenAI 'tools' list: {exc}")
+    tools = _tools_file(args.tools) if args.tools else []
 
     async def export() -> dict[str, object]:
         services = ServiceTools.from_settings(chosen.tools)
@@ -146,6 +153,8 @@ def _check(args: argparse.Namespace) -> None:
     from duet.api._settings import ConfigError
     from duet.api.server._startup import check, summary, unset_keys
 
+    # Python warnings (an old team file's) as one line each, as the command's own.
+    warnings.showwarning = lambda message, category, *_: print(f"warning: {message}")
     try:
         env, config = resolve(args, CHECK_FLAGS)
         for line in summary(config, env.workers):

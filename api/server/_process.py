@@ -13,6 +13,9 @@ import asyncio
 import gc
 import logging
 import os
+import warnings
+
+from duet.agents.pipeline import OldTeamFileWarning
 
 from duet.api._sse import QuietAbandonedResponses
 
@@ -60,9 +63,12 @@ def freeze_startup_objects() -> None:
 
 def start_process(log_level: str, log_format: str = "text", worker: bool = False) -> None:
     """What a process that serves Duet sets before it builds the app (``duet serve`` and each of its
-    workers): logging, these process settings, tracing."""
+    workers): logging (Python warnings as log lines; a worker leaves an old team file's to the process
+    that started it), these process settings, tracing."""
     from duet.api.observability import configure_logging, configure_tracing
 
     configure_logging(log_level, log_format, worker)  # type: ignore[arg-type]
+    if worker:  # the process that starts the workers built the app first, and said it
+        warnings.filterwarnings("ignore", category=OldTeamFileWarning)
     configure_process()
     configure_tracing()  # raises for OTEL_* settings it cannot honour

@@ -1,0 +1,21 @@
+"""The answer model's options for one request (:class:`AnswerOptions`), as every protocol's reader
+sets them from what its client asked."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class AnswerOptions(BaseModel):
+    """Per-request options for the answer model, from the client's request."""
+
+    tool_choice: Literal["auto", "none", "required"] | str = Field(
+        "auto", description="'auto', 'none', 'required', or the (model-facing) name of the tool to call."
+    )
+    create_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="OpenAI request fields passed to the answer model: temperature, top_p, max_tokens, stop, seed, ...",
+    )
+    single_tool_call: bool = Field(False, description="Return at most one tool call (legacy 'functions' clients).")
