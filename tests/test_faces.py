@@ -44,7 +44,7 @@ FACES: dict[str, list[str]] = {
         "ReasoningSplitter", "ReasoningText", "UpstreamResult", "add_usage", "streaming_create_args", "strip_think_blocks",
         "think_text",
     ],
-    "duet.agents.runtime": ["HandOverQueue", "LeanAgentRuntime", "lighten_queue"],
+    "duet.agents.runtime": ["HandOverQueue", "LeanAgentRuntime", "TeamRegistration", "lighten_queue"],
     "duet.workbenches": [
         "CachingToolSchema", "ClientSideToolError", "ContentCache", "DuetWorkbench", "FunctionToolSettings",
         "HttpServiceTool", "HttpToolSettings", "McpServer", "McpServerSettings", "McpServerTool", "McpServerUnavailable",
