@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Iterator, Sequence
+from typing import Any, AsyncGenerator, Iterator, Mapping, Sequence
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -20,6 +20,7 @@ from autogen_core.models import (
     LLMMessage,
     RequestUsage,
     SystemMessage,
+    UserMessage,
 )
 from autogen_core.tools import BaseTool, ToolResult, ToolSchema, Workbench
 from autogen_core.tools._workbench import StreamWorkbench  # not exported by autogen_core.tools (0.7.5)
@@ -52,9 +53,14 @@ from duet.agents._thinking import ReasoningSplitter
 logger = logging.getLogger(__name__)
 
 REASONING_PREAMBLE = (
-    "A reasoning model has thought this conversation through before you. Use its reasoning to "
-    "write your reply (and to decide on tool calls); do not repeat it verbatim.\n<reasoning>\n{reasoning}\n</reasoning>"
+    "A reasoning model thinks each user turn through before you answer it. Its reasoning follows the user's "
+    "message, between <reasoning> and </reasoning> (with any retrieved context before it): use it to write your "
+    "reply and to decide on tool calls; do not repeat it verbatim, and do not write such notes yourself."
 )
+"""The answer model's one fixed word on the reasoning notes (in its system message: the same bytes every turn)."""
+
+REASONING_NOTE = "\n\n<reasoning>\n{reasoning}\n</reasoning>"
+"""How a user turn's reasoning follows the user's message in the answer model's prompt."""
 
 ANSWER_REASONING_LABEL = "[the answer model's own reasoning]\n"
 """Starts the answer model's own reasoning in the reasoning stream, when it follows the reasoner's."""
@@ -140,20 +146,25 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         self._max_tool_rounds = max_tool_rounds
         self._pass_reasoning_back = pass_reasoning_back
 
-    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str, grounding: str = "") -> list[LLMMessage]:
-        """System instructions (ours, the client's, the retrieved context, the reasoning) merged into
-        one leading system message, which every OpenAI-compatible server accepts; then the conversation."""
+    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str, grounding: str = "",
+                notes: Mapping[int, tuple[str, str]] | None = None) -> list[LLMMessage]:
+        """One leading system message (ours, the client's, and, when reasoning is given, the fixed
+        preamble), which every OpenAI-compatible server accepts; then the conversation, each user turn
+        that was reasoned about followed, inside its message, by its reasoning (and retrieved context).
+
+        The reasoning goes with the user turn it was made for, never into the system message: the next
+        turn's request then starts with this one's, byte for byte (``notes``: the earlier turns' notes,
+        by index in ``conversation``, put back where they were), and the upstream's prompt cache holds."""
         instructions = [self._system_message] if self._system_message else []
         start = 0
         while start < len(conversation) and isinstance(conversation[start], SystemMessage):
             instructions.append(conversation[start].content)  # type: ignore[union-attr]
             start += 1
-        if grounding:
-            instructions.append(retrieved_context(grounding))
-        if reasoning:
-            instructions.append(REASONING_PREAMBLE.format(reasoning=reasoning))
+        body = list(conversation[start:])
+        placed = place_notes(body, start, reasoning, grounding, notes or {})
+        if placed:
+            instructions.append(REASONING_PREAMBLE)
         head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
-        body = conversation[start:]
         if not self._model_client.model_info.get("vision", False):
             body = without_images(body)
         return [*head, *body]
@@ -211,7 +222,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         workbench = self._workbench_for(run)
         options = run.options if run is not None else _DEFAULT_OPTIONS
         tools = await workbench.list_tools() if workbench is not None else []
-        history = self._prompt(conversation, reasoning, read_grounding(messages))
+        notes = await run.notes_recalled() if run is not None else None
+        history = self._prompt(conversation, reasoning, read_grounding(messages), notes)
         tool_choice: Any = options.tool_choice
         if tool_choice not in ("auto", "none", "required"):
             tool_choice = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)
@@ -249,7 +261,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         assert result is not None
         state.total = add_usage(state.total, result.usage)
         yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
-                    reasoning_tokens=getattr(result, "reasoning_tokens", 0))
+                    reasoning_tokens=getattr(result, "reasoning_tokens", 0), cached_tokens=getattr(result, "cached_tokens", 0))
 
     async def _tool_round(
         self, state: _AnswerTurn, result: CreateResult, answer: str, thinking_parts: TextParts, last_round: bool,
@@ -406,6 +418,52 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             max_tool_rounds=config.max_tool_rounds,
             pass_reasoning_back=config.pass_reasoning_back,
         )
+
+
+def reasoning_note(reasoning: str, grounding: str = "") -> str:
+    """What follows a user's message in the answer model's prompt: the retrieved context, the reasoning."""
+    note = "\n\n" + retrieved_context(grounding) if grounding else ""
+    return note + REASONING_NOTE.format(reasoning=reasoning) if reasoning else note
+
+
+def place_notes(body: list[LLMMessage], offset: int, reasoning: str, grounding: str,
+                notes: Mapping[int, tuple[str, str]]) -> bool:
+    """Appends to each user message of ``body`` its note (``notes``: (reasoning, grounding) by index in the
+    whole conversation, ``offset`` being the index of ``body[0]``); the latest user turn gets ``reasoning``
+    and ``grounding`` unless it has a note of its own, in which case reasoning that differs from it
+    (a reasoner that thought again on tool results) follows the results as a user message. True when a
+    note was placed."""
+    last_user = next((i for i in range(len(body) - 1, -1, -1) if isinstance(body[i], UserMessage)), None)
+    placed = False
+    for index, (earlier_reasoning, earlier_grounding) in notes.items():
+        at = index - offset
+        if 0 <= at < len(body) and at != last_user and isinstance(body[at], UserMessage):
+            placed = _append_note(body, at, reasoning_note(earlier_reasoning, earlier_grounding)) or placed
+    own = notes.get(last_user + offset) if last_user is not None else None
+    if own is not None and last_user is not None:
+        placed = _append_note(body, last_user, reasoning_note(*own)) or placed
+        rest = reasoning[len(own[0]):].lstrip("\n") if reasoning.startswith(own[0]) else reasoning
+        if rest:
+            body.append(UserMessage(content=reasoning_note(rest).lstrip("\n"), source="user"))
+            placed = True
+    elif last_user is not None:
+        placed = _append_note(body, last_user, reasoning_note(reasoning, grounding)) or placed
+    elif reasoning or grounding:
+        body.append(UserMessage(content=reasoning_note(reasoning, grounding).lstrip("\n"), source="user"))
+        placed = True
+    return placed
+
+
+def _append_note(body: list[LLMMessage], at: int, note: str) -> bool:
+    if not note:
+        return False
+    message = body[at]
+    content = message.content
+    if isinstance(content, str):
+        body[at] = UserMessage(content=content + note, source=message.source)  # type: ignore[union-attr]
+    else:
+        body[at] = UserMessage(content=[*content, note.lstrip("\n")], source=message.source)  # type: ignore[union-attr,misc]
+    return True
 
 
 def _asks_for_reasoning(error: UpstreamStatusError) -> bool:

@@ -215,13 +215,17 @@ class DuetAgent(BaseChatAgent):
         observer = observer_of(run)
         if observer is None:
             return stream
+        return observe_model_call(observer, stage, self._model_label(), stream)
+
+    def _model_label(self) -> str:
+        """The model the agent's calls ask for."""
         model = self._model_name
         if model is None:  # Duet's client names it; AutoGen's keeps it in its config (dumped once)
             model = getattr(self._model_client, "model", None)
             if not isinstance(model, str):
                 model = str(self._model_client.dump_component().config.get("model", ""))
             self._model_name = model
-        return observe_model_call(observer, stage, model, stream)
+        return model
 
     def _workbench_for(self, run: DuetRun | None) -> Workbench | None:
         return run.workbench if run is not None else self._workbench

@@ -104,6 +104,12 @@ class ReasonerSettings(ReasoningAgentOptions, ModelSettings):
 
     default_model_info: ClassVar[ModelInfo] = REASONER_MODEL_INFO
 
+    max_retries: int = Field(
+        0, ge=0, description="Retries of a reasoning call that failed before any answer (a call on a pooled connection "
+        "the server had closed is retried anyway). 0 by default: a failing reasoner costs one attempt, and the answer "
+        "model answers alone (on_failure).",
+    )
+
     def agent_options(self) -> ReasoningAgentOptions:
         """The reasoning agent's options these settings set (its constructor's keywords)."""
         return ReasoningAgentOptions(**_fields(self, ReasoningAgentOptions))

@@ -105,6 +105,9 @@ class ServiceOptions(BaseModel):
     store_outage: Literal["answer", "refuse"] = Field(
         "answer", description="What a Responses request that asks to store (store: true, the default) gets while the store is known to be down: answer (the answer, saying store: false) or refuse (503 store_unavailable with Retry-After, before any model call)."
     )
+    reasoning_reuse_seconds: Optional[float] = Field(
+        None, ge=0, description="Overrides every pipeline's reasoner.reuse_seconds: how long a retry of the same request reuses its reasoning (0: never). Unset: each pipeline's own."
+    )
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
     max_pending_body_bytes: int = Field(

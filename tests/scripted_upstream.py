@@ -116,7 +116,13 @@ def default_responder(body: dict[str, Any]) -> Reply:
         return Reply(reasoning=["Thinking ", "about ", "it."])
     last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
     text = last.get("content") if isinstance(last.get("content"), str) else "ok"
+    for note in DUET_NOTES:  # the user's own words: Duet appends the turn's reasoning (and retrieved context) after them
+        text = (text or "").split(note, 1)[0]
     return Reply(content=["echo: ", text or ""])
+
+
+DUET_NOTES = ("\n\n<reasoning>\n", "\n\nRetrieved context: ")
+"""How the notes Duet appends to a user message in the answer model's prompt begin."""
 
 
 class ScriptedUpstream:

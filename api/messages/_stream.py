@@ -76,9 +76,10 @@ class MessageStreamWriter(Batched):
     def function_call(self, call: ToolCall) -> None:  # legacy OpenAI functions: not a Messages client's
         self.tool_call(0, call)
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int,
+               cached_tokens: int = 0) -> None:
         self._close_block()
-        usage = MessageUsage.of(prompt_tokens, completion_tokens, reasoning_tokens).model_dump(exclude_none=True)
+        usage = MessageUsage.of(prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens).model_dump(exclude_none=True)
         delta = {"type": "message_delta", "delta": {"stop_reason": STOP_REASONS[reason], "stop_sequence": None}, "usage": usage}
         self._out += (b"event: message_delta\ndata: " + _json(delta) + b"\n\n",
                       b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
