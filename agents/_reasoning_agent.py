@@ -21,7 +21,7 @@ from duet.workbenches import derived_from
 from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
 from duet.agents._cancellation import child_token, unlink_child
 from duet.agents._conversation import as_transcript, ends_with_tool_results
-from duet.agents._errors import UpstreamError, is_openai_error
+from duet.agents._errors import UpstreamError, UpstreamStatusError, upstream_error_from_openai
 from duet.agents._events import DuetEvent, ReasoningDelta, ReusedReasoning, Usage
 from duet.agents._grounding import retrieved_context
 from duet.agents._observe import observe_usage
@@ -134,8 +134,9 @@ class ReasoningAgentOptions(DuetAgentOptions):
         "reuses the reasoning instead of calling the reasoning model again. 0: never.",
     )
     on_failure: OnReasonerFailure = Field(
-        "answer_alone", description="When the reasoning model fails: 'answer_alone' (the answer model answers without "
-        "reasoning, and the reasoning stream says why) or 'fail' (the request fails).",
+        "answer_alone", description="When the reasoning model is down (5xx, unreachable, timeout): 'answer_alone' (the "
+        "answer model answers without reasoning, and the reasoning stream says why) or 'fail' (the request fails). "
+        "Its 429 and other 4xx always fail the request.",
     )
     client_controls: ClientControls = Field(
         "honour", description="The client's reasoning controls (reasoning_effort, reasoning.effort, thinking): "
@@ -266,8 +267,8 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 if isinstance(item, Response) and reuse is not None:
                     reuse.keep(item.chat_message.content, grounding)  # type: ignore[union-attr]
                 yield item
-        except Exception as exc:  # noqa: BLE001 - only an upstream's failure degrades; anything else is raised
-            if self._on_failure == "fail" or not (isinstance(exc, UpstreamError) or is_openai_error(exc)):
+        except Exception as exc:  # noqa: BLE001 - only a reasoning model that is down degrades; anything else is raised
+            if self._on_failure == "fail" or not _model_down(exc):
                 raise
             for event in self._answer_alone(exc):
                 yield event
@@ -450,6 +451,18 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             effort_parameter=config.effort_parameter,
             budget_parameter=config.budget_parameter,
         )
+
+
+def _model_down(error: Exception) -> bool:
+    """The reasoning model is down (5xx, unreachable, silent, broken off, garbage): the answer model can
+    answer alone. Its 429 and 4xx are not: a rate limit is passed on with its Retry-After (the client
+    retries when it may), a refused request or a wrong key are not mended by skipping the reasoning."""
+    upstream = error if isinstance(error, UpstreamError) else upstream_error_from_openai(error, None)
+    if upstream is None:
+        return False
+    if isinstance(upstream, UpstreamStatusError):
+        return upstream.upstream_status is None or upstream.upstream_status >= 500
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,7 @@ class Reply:
     tool_calls: Sequence[ScriptedCall] = ()
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
     usage: tuple[int, int] | None = None  # (prompt, completion); default computed from the request
+    cached_tokens: int = 0  # of the prompt tokens, those read from a prompt cache (prompt_tokens_details.cached_tokens)
     reasoning_field: str = "reasoning_content"  # or "reasoning", or "reasoning_details" (OpenRouter's structured form)
     status: int = 200
     error_message: str = "scripted failure"
@@ -408,6 +409,8 @@ class ScriptedUpstream:
         usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         if reply.reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": min(completion, len(reply.reasoning))}
+        if reply.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
         return usage
 
     def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
