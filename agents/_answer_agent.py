@@ -161,12 +161,11 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             instructions.append(conversation[start].content)  # type: ignore[union-attr]
             start += 1
         body = list(conversation[start:])
-        placed = place_notes(body, start, reasoning, grounding, notes or {})
-        if placed:
-            instructions.append(REASONING_PREAMBLE)
-        head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
         if not self._model_client.model_info.get("vision", False):
             body = without_images(body)
+        if place_notes(body, start, reasoning, grounding, notes or {}):
+            instructions.append(REASONING_PREAMBLE)
+        head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
         return [*head, *body]
 
     async def _turn(

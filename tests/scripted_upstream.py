@@ -116,14 +116,21 @@ def default_responder(body: dict[str, Any]) -> Reply:
     if "r1" in model or "reason" in model:
         return Reply(reasoning=["Thinking ", "about ", "it."])
     last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
-    text = last.get("content") if isinstance(last.get("content"), str) else "ok"
-    for note in DUET_NOTES:  # the user's own words: Duet appends the turn's reasoning (and retrieved context) after them
-        text = (text or "").split(note, 1)[0]
+    text = users_words(last.get("content") if isinstance(last.get("content"), str) else "ok")
     return Reply(content=["echo: ", text or ""])
 
 
 DUET_NOTES = ("\n\n<reasoning>\n", "\n\nRetrieved context: ")
 """How the notes Duet appends to a user message in the answer model's prompt begin."""
+
+
+def users_words(content: str | None) -> str:
+    """A user message's text as the user wrote it: without the note (reasoning, retrieved context)
+    Duet appends to it in the answer model's prompt."""
+    text = content or ""
+    for note in DUET_NOTES:
+        text = text.split(note, 1)[0]
+    return text
 
 
 class ScriptedUpstream:

@@ -158,7 +158,7 @@ def test_answer_prompt_merges_instructions_and_keeps_images_only_for_vision(visi
     if vision:
         assert rest[0].content == ["What is on this picture?", image, note]
     else:
-        assert rest[0].content == "What is on this picture?\n[image omitted]\n" + note
+        assert rest[0].content == "What is on this picture?\n[image omitted]\n\n" + note
 
 
 async def lookup_order(order_id: str) -> str:

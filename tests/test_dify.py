@@ -14,7 +14,7 @@ import pytest
 
 from duet.agents._model_reasoning import REASONING_NOT_KEPT
 from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, THINKING_ANSWER, DuetServer
-from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream, users_words
 
 SEARCH = {
     "name": "web_search",
@@ -82,7 +82,8 @@ def dify(dify_worker: subprocess.Popen[str], duet: DuetServer) -> Dify:
 def test_validate_credentials(dify: Dify, upstream: ScriptedUpstream) -> None:
     dify.validate()
     ping = upstream.requests_for(ANSWER)[-1].body
-    assert ping["max_tokens"] == 5 and ping["messages"][-1] == {"role": "user", "content": "ping"}
+    assert ping["max_tokens"] == 5 and ping["messages"][-1]["role"] == "user"
+    assert users_words(ping["messages"][-1]["content"]) == "ping"  # then the reasoning's note (issue 26)
 
 
 def test_validate_credentials_rejects_a_wrong_key_or_model(dify: Dify) -> None:

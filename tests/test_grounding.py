@@ -176,7 +176,12 @@ def http(grounded: DuetServer, search: tuple[str, SearchService]) -> Iterator[ht
 
 
 def system_of(upstream: ScriptedUpstream, model: str, index: int = -1) -> str:
-    return str(upstream.requests_for(model)[index].body["messages"][0]["content"])
+    """What a model was told besides the conversation: the reasoner's system message; for the answer model,
+    also the note after the user's message (the retrieved context and the reasoning go there: issue 26)."""
+    messages = upstream.requests_for(model)[index].body["messages"]
+    if model == REASONER:
+        return str(messages[0]["content"])
+    return "\n".join(str(m["content"]) for m in messages if m["role"] in ("system", "user"))
 
 
 def test_search_runs_before_thinking_and_reaches_both_models(http: httpx.Client, upstream: ScriptedUpstream,

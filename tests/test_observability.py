@@ -172,6 +172,9 @@ def test_failures_are_counted_by_status_and_upstream_code(watched: DuetServer, c
     upstream.script(ANSWER, Reply(status=400, error_message="context too long"))
     assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 400
     upstream.script(REASONER, Reply(fault="disconnect", reasoning=["a", "b", "c"], fault_after=1))
+    # A reasoner that is down costs the reasoning, not the answer (issue 26); its failure is counted all the same.
+    assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 200
+    upstream.script(ANSWER, Reply(fault="disconnect", content=["a", "b", "c"], fault_after=1))
     assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 502
     assert client.post("/v1/chat/completions", json={"model": "no such model", "messages": USER}).status_code == 404
     assert client.post("/v1/chat/completions", json={"model": "duet", "messages": "not a list"}).status_code == 400
@@ -182,6 +185,7 @@ def test_failures_are_counted_by_status_and_upstream_code(watched: DuetServer, c
 
     assert grew("duet_upstream_errors_total", pipeline="duet", stage="answer", code="400") == 1
     assert grew("duet_upstream_errors_total", pipeline="duet", stage="reasoner", code="disconnected") == 1
+    assert grew("duet_upstream_errors_total", pipeline="duet", stage="answer", code="disconnected") == 1
     assert grew("duet_requests_total", pipeline="duet", protocol="chat.completions", status="400") == 1
     assert grew("duet_requests_total", pipeline="duet", protocol="chat.completions", status="502") == 1
     # A model name the service does not serve is the client's text: it never becomes a label.
