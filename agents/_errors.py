@@ -95,6 +95,8 @@ class UpstreamError(DuetError):
         self.error_type = error_type
         self.param = param
         self.retry_after = retry_after
+        self.retries = 0
+        """How often Duet's model client already tried the call again before giving up (its retry policy)."""
         super().__init__(self.detail)
 
     @property

@@ -15,9 +15,9 @@ cannot connect                         503     ``upstream_unavailable``
 silence past the read timeout          504     ``upstream_timeout``
 =====================================  ======  =============================================
 
-Statuses after Duet's own retries (502 for an upstream 5xx or its credentials, 503) carry
-``x-should-retry: false``, so the openai and anthropic SDKs do not multiply the calls; a 429 with
-``Retry-After`` carries ``x-should-retry: true`` (the retry reuses the reasoning already paid for).
+Statuses after Duet's own retries (502 for an upstream 5xx or its credentials, 503, a 429 Duet already
+retried) carry ``x-should-retry: false``, so the openai and anthropic SDKs do not multiply the calls; a
+429 passed on at once carries ``x-should-retry: true`` (the retry reuses the reasoning already paid for).
 """
 
 from __future__ import annotations
@@ -102,8 +102,10 @@ def upstream_api_error(exc: UpstreamError) -> APIError:
             return APIError(400, exc.message, type=exc.error_type or "invalid_request_error", param=exc.param,
                             code=exc.code or "upstream_invalid_request")
         if status == 429:
-            # A retry after Retry-After is cheap: the reasoning it repeats is reused (reasoner.reuse_seconds).
-            headers = {"Retry-After": exc.retry_after, SHOULD_RETRY: "true"} if exc.retry_after else None
+            # Passed on at once, a retry after Retry-After is cheap (the reasoning it repeats is reused); after
+            # Duet's own retries, the client's would multiply them.
+            headers = {"Retry-After": exc.retry_after} if exc.retry_after else {}
+            headers[SHOULD_RETRY] = "false" if exc.retries else "true"
             return APIError(429, exc.message, type=exc.error_type or "rate_limit_error", code=exc.code or "rate_limit_exceeded",
                             headers=headers)
         if status in (401, 403):  # Duet's own upstream credentials: never a 401 that blames the client's key

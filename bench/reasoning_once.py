@@ -45,23 +45,23 @@ FAULTS: dict[str, tuple[str, Reply]] = {
 }
 
 
-def openai_sdk(base: str) -> None:
+def openai_sdk(base: str, question: str) -> None:
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="bench", timeout=120)
-    client.chat.completions.create(model="once", messages=[{"role": "user", "content": "What is 17 * 23?"}])
+    client.chat.completions.create(model="once", messages=[{"role": "user", "content": question}])
 
 
-def anthropic_sdk(base: str) -> None:
+def anthropic_sdk(base: str, question: str) -> None:
     client = anthropic.Anthropic(base_url=base, api_key="bench", timeout=120)
-    client.messages.create(model="once", max_tokens=200, messages=[{"role": "user", "content": "What is 17 * 23?"}])
+    client.messages.create(model="once", max_tokens=200, messages=[{"role": "user", "content": question}])
 
 
-def llama_index_pattern(base: str) -> None:
+def llama_index_pattern(base: str, question: str) -> None:
     """LlamaIndex's OpenAI LLM: an openai client with max_retries=3, its calls inside a retry decorator
     (3 attempts on rate limits, timeouts and 5xx; its own waits shortened here to 0.5 s)."""
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="bench", timeout=120, max_retries=3)
     for attempt in range(3):
         try:
-            client.chat.completions.create(model="once", messages=[{"role": "user", "content": "What is 17 * 23?"}])
+            client.chat.completions.create(model="once", messages=[{"role": "user", "content": question}])
             return
         except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError):
             if attempt == 2:
@@ -69,7 +69,7 @@ def llama_index_pattern(base: str) -> None:
             time.sleep(0.5)
 
 
-CLIENTS: dict[str, Callable[[str], None]] = {
+CLIENTS: dict[str, Callable[[str, str], None]] = {
     "openai SDK": openai_sdk, "anthropic SDK (Claude Code's client)": anthropic_sdk, "LlamaIndex pattern": llama_index_pattern,
 }
 
@@ -103,7 +103,8 @@ def measure(duet: str, clients: list[str], faults: list[str]) -> dict[str, Any]:
                     started = time.monotonic()
                     outcome = "ok"
                     try:
-                        CLIENTS[name](base)
+                        # A question of its own: the same one again would reuse the reasoning of the last measurement.
+                        CLIENTS[name](base, f"What is 17 * 23? ({fault}, {name})")
                     except Exception as exc:  # noqa: BLE001 - the user call failed: that is a figure too
                         outcome = type(exc).__name__
                     figures[f"{fault} | {name}"] = {
@@ -120,11 +121,11 @@ def main() -> None:
     parser.add_argument("--duet", default=DUET, help="the command that runs duet (default: this checkout's console script); "
                         "e.g. '/tmp/before/.venv/bin/python -m duet.api' for another checkout")
     parser.add_argument("--label", default="")
-    parser.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated, of: " + ", ".join(CLIENTS))
-    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated, of: " + ", ".join(FAULTS))
+    parser.add_argument("--clients", default=";".join(CLIENTS), help="semicolon-separated, of: " + ", ".join(CLIENTS))
+    parser.add_argument("--faults", default=";".join(FAULTS), help="semicolon-separated, of: " + ", ".join(FAULTS))
     options = parser.parse_args()
     run = begin("reasoning_once")
-    figures = measure(options.duet, options.clients.split(","), options.faults.split(","))
+    figures = measure(options.duet, options.clients.split(";"), options.faults.split(";"))
     save(run, figures, options={"duet": options.duet, "clients": options.clients, "faults": options.faults},
          label=options.label)
 

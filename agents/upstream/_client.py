@@ -252,6 +252,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 retryable = status == 429 or status >= 500
             delay = self._retry_delay(failure, retries) if retryable else None
             if delay is None:
+                failure.retries = retries  # a client's own retries on top of these would multiply the calls
                 raise failure
             retries += 1
             await self._sleep(delay, cancellation_token)
