@@ -206,6 +206,8 @@ def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
         wait_up(f"{upstream_base}/models")
         duet = start_duet(port, {"DUET_REASONER_BASE_URL": upstream_base, "DUET_REASONER_MODEL": REASONER,
                                  "DUET_ANSWER_BASE_URL": upstream_base, "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": "",
+                                 # Every request the same: measured as a fresh one, with its reasoner call (no reuse).
+                                 "DUET_REASONING_REUSE_SECONDS": "0",
                                  **(env or {})}, log)
         try:
             if not relay:
