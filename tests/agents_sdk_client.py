@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+
+# Run as a script, this folder comes first on sys.path, and tests/http/ (a folder of tests) would shadow the
+# standard library's http (which the SDK's HTTP stack imports): this script needs nothing of its folder.
+if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+    del sys.path[0]
 
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
