@@ -21,8 +21,8 @@ from pydantic import BaseModel
 from duet.api import EnvSettings
 from duet.api.server._cli import build_parser
 from tests.conftest import ROOT
-from tests.deploy._kit import (DEPLOY, OVERLAYS, SETTINGS, by_name, exported_metrics, load_yaml, rendered,
-                               routes)
+from tests.deploy._kit import (DEPLOY, KUBERNETES, OVERLAYS, SETTINGS, by_name, exported_metrics, load_yaml,
+                               rendered, routes)
 
 KUBERNETES_VERSION = "1.33"  # the oldest release still supported upstream when these were written
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -329,9 +329,13 @@ def test_production_finds_the_redis_primary_through_three_sentinels() -> None:
     replicas = redis["spec"]["replicas"]
     assert replicas == 3 and database == "0"
     assert addresses == [f"duet-redis-{i}.{headless['metadata']['name']}:{sentinel_port}" for i in range(replicas)]
-    script = objects["ConfigMap", "duet-redis-scripts"]["data"]["configure.sh"]
-    assert f"sentinel monitor {master} %s 6379 2" in script and f"sentinel auth-pass {master}" in script
+    [scripts] = [v["configMap"]["name"] for v in redis["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    script = objects["ConfigMap", scripts]["data"]["configure.sh"]  # its name carries kustomize's hash
+    assert script == (KUBERNETES / "overlays" / "production" / "redis-configure.sh").read_text()
+    assert f"sentinel monitor {master} %s %s 2" in script and f"sentinel auth-pass {master}" in script
     assert f"get-master-addr-by-name {master}" in script
+    init = redis["spec"]["template"]["spec"]["initContainers"][0]
+    assert init["command"] == ["/bin/sh", "/scripts/configure.sh"] and "REDIS_SELF" not in {v["name"] for v in init["env"]}
     # The Redis pods are spread over nodes (required), and a drain keeps the Sentinels' quorum.
     anti = redis["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
