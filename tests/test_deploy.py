@@ -19,7 +19,6 @@ from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 

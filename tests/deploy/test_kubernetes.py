@@ -60,7 +60,10 @@ def strictly_valid(model: type[BaseModel], document: dict[str, Any]) -> list[str
                 else:
                     compare(value, kept[key], f"{path}.{key}")
         elif isinstance(given, list):
-            for index, (value, kept_value) in enumerate(zip(given, kept)):
+            if not isinstance(kept, list) or len(kept) != len(given):
+                unknown.append(path)
+                return
+            for index, (value, kept_value) in enumerate(zip(given, kept, strict=True)):
                 compare(value, kept_value, f"{path}[{index}]")
 
     compare(document, read, document["kind"])
