@@ -14,7 +14,9 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 serve: $(VENV)/.serve-ready
 	$(BIN)/duet serve
 
+# The linter first, then the tests (configured in pyproject.toml): a finding fails in seconds.
 test: $(VENV)/.test-ready
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 # A clean environment: no DUET_* of the caller's reaches the benchmarks (or the servers they start).

@@ -304,7 +304,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         names = [self._client_tool(state.workbench, call.name).client_name for call in client_calls]
         observe_client_tool_calls(run, names)
         yield ToolCallsRequested(
-            calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names)]
+            calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names, strict=True)]
         )
         yield Response(chat_message=client_handoff(self.name, client_calls, state.turn, state.total))
 

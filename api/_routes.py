@@ -33,7 +33,7 @@ def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awa
         try:
             owner = await auth(request)  # whose stored state the request reads and writes
             return await request.app.state.service.create(request, protocol, owner)  # type: ignore[no-any-return]
-        except Exception as exc:  # every failure is the protocol's error body (Starlette would log a traceback)
+        except Exception as exc:  # noqa: BLE001 - every failure is the protocol's error body (Starlette would log a traceback)
             return protocol.error_response(as_api_error(exc))
 
     return endpoint
@@ -94,7 +94,7 @@ def retrieve_endpoint(responses: Responses, auth: Callable[[Request], Awaitable[
         try:
             owner = await auth(request)
             return JSONResponse(await responses.retrieve(request.path_params["response_id"], owner))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is the protocol's error body
             return responses.error_response(as_api_error(exc))
 
     return retrieve_response
@@ -107,7 +107,7 @@ def count_tokens_endpoint(anthropic: AnthropicMessages, auth: Callable[[Request]
         try:
             await auth(request)
             return await count_tokens(request.app.state.service, request)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is the protocol's error body
             return anthropic.error_response(as_api_error(exc))
 
     return messages_count_tokens

@@ -249,7 +249,7 @@ class TeamPipelineSettings(BaseModel):
 
 
 def _pipeline_kind(value: Any) -> str:
-    has_team = isinstance(value, dict) and "team_file" in value or isinstance(value, TeamPipelineSettings)
+    has_team = (isinstance(value, dict) and "team_file" in value) or isinstance(value, TeamPipelineSettings)
     return "team" if has_team else "models"
 
 

@@ -156,7 +156,7 @@ def kubernetes_documents() -> list[tuple[str, dict[str, Any]]]:
 
 def test_kubernetes_manifests_are_valid_against_the_api_schemas() -> None:
     documents = kubernetes_documents()
-    for name, document in documents:
+    for _name, document in documents:
         kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)  # raises, naming the field
     # The validator does refuse what the API would: a misspelt field, a port given as text.
     deployment = next(d for _, d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "duet")

@@ -114,7 +114,7 @@ class McpServer:
                 return
             try:
                 await self.start()
-            except Exception as exc:  # noqa: BLE001 - becomes the tool's error
+            except Exception as exc:  # becomes the tool's error
                 raise McpServerUnavailable(f"MCP server {self.name!r} could not start: {exc}") from exc
 
     def _report_death(self, dead: McpWorkbench, error: str) -> None:

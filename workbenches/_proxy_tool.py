@@ -168,7 +168,7 @@ class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):
     def from_openai(cls, tool: Mapping[str, Any]) -> "ProxyTool":
         """From one entry of an OpenAI ``tools`` list (``{"type": "function", "function": {...}}``)
         or a legacy ``functions`` entry (``{"name": ..., "parameters": ...}``)."""
-        function = tool["function"] if "function" in tool else tool
+        function = tool.get("function", tool)
         return cls(
             name=function["name"],
             description=function.get("description"),

@@ -147,7 +147,7 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
             future = asyncio.ensure_future(tool.run_json(arguments or {}, token, call_id, request=self._request))
             token.link_future(future)
             text, is_error = tool.return_value_as_string(await future), False
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failing tool is the model's error result, as in StaticStreamWorkbench
             text, is_error = self._format_errors(exc), True
         return ToolResult(name=tool.name, result=[TextResultContent(content=text)], is_error=is_error)
 
