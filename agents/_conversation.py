@@ -121,7 +121,7 @@ def _user_content(content: Any, param: str) -> str | list[str | Image]:
             if not isinstance(url, str) or not url:
                 raise ConversationError("image_url needs a url", f"{part_param}.image_url")
             detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
-            parts.append(ImageURL(url, detail if detail in ("auto", "low", "high") else "auto"))
+            parts.append(ImageURL(url, detail if detail in ("auto", "low", "high") else "auto"))  # type: ignore[arg-type]  # narrowed by the test
         else:
             raise ConversationError(f"unsupported content part type {kind!r}", f"{part_param}.type")
     return parts

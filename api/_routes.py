@@ -32,7 +32,7 @@ def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awa
     async def endpoint(request: Request) -> Response:
         try:
             owner = await auth(request)  # whose stored state the request reads and writes
-            return await request.app.state.service.create(request, protocol, owner)  # type: ignore[no-any-return]
+            return await request.app.state.service.create(request, protocol, owner)
         except Exception as exc:  # noqa: BLE001 - every failure is the protocol's error body (Starlette would log a traceback)
             return protocol.error_response(as_api_error(exc))
 
@@ -117,7 +117,7 @@ def models_endpoint() -> Callable[..., Awaitable[ModelList]]:
     """``GET /v1/models``: the pipelines served (a FastAPI route: its response model is in the API's schema)."""
 
     async def service(request: Request) -> Service:
-        return request.app.state.service  # type: ignore[no-any-return]
+        return request.app.state.service
 
     async def models(svc: Service = Depends(service)) -> ModelList:
         return svc.model_list()

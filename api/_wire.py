@@ -76,7 +76,7 @@ JSONSchema = Annotated[dict[str, Any], AfterValidator(_valid_json_schema)]
 """A response format's schema: refused here when an upstream would refuse it (:func:`~duet.workbenches.json_schema_problem`)."""
 
 
-class KnownTools(list):  # type: ignore[type-arg]
+class KnownTools(list):
     """A request's tools (or legacy functions) as validated, and the :func:`~duet.workbenches.content_key`
     of the list as received (the proxy tools are looked up by it: :func:`~duet.workbenches.proxy_tools_from_openai`).
     Shared by the requests that send the same list: nobody changes it."""
@@ -140,7 +140,7 @@ class ResponseModel(BaseModel):
 
     # No return annotation: pydantic would take it as the JSON schema of the response (the API docs).
     @model_serializer(mode="wrap")
-    def _leave_out_omitted(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+    def _leave_out_omitted(self, handler: SerializerFunctionWrapHandler):
         data: dict[str, Any] = handler(self)
         for name in self._omitted:
             if data.get(name, 0) is None:

@@ -86,7 +86,7 @@ def _resolve(path: str) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise TypeError(f"{path} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 def _description(function: Callable[..., Any]) -> str:

@@ -35,7 +35,7 @@ def _unshadowed(tools: list[BaseTool[Any, Any]], client_tools: list[ProxyTool],
             [tool for tool in service_tools if tool.name not in client_names])
 
 
-class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # type: ignore[misc]
+class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):
     """A ``StaticStreamWorkbench`` that also knows which of its tools belong to the client.
 
     Client tools (:class:`ProxyTool`) are listed to the model like any other tool; the answer

@@ -151,7 +151,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             model=model,
             base_url=base_url,
             api_key_env=api_key_env,
-            model_info=model_info or dict(ANSWER_MODEL_INFO),  # type: ignore[arg-type]
+            model_info=model_info or dict(ANSWER_MODEL_INFO),
             create_args=dict(create_args or {}),
             headers=dict(headers or {}),
             connect_timeout=connect_timeout,
