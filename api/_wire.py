@@ -140,7 +140,7 @@ class ResponseModel(BaseModel):
 
     # No return annotation: pydantic would take it as the JSON schema of the response (the API docs).
     @model_serializer(mode="wrap")
-    def _leave_out_omitted(self, handler: SerializerFunctionWrapHandler):
+    def _leave_out_omitted(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         data: dict[str, Any] = handler(self)
         for name in self._omitted:
             if data.get(name, 0) is None:
