@@ -48,6 +48,7 @@ from autogen_core.models import LLMMessage, RequestUsage
 
 from duet.agents._conversation import last_user_text
 from duet.agents._ids import new_message_id
+from duet.agents._names import ANSWERER_NAME  # noqa: F401 - the module docstring's example uses it
 from duet.agents._names import CLIENT, GROUNDER_NAME, REASONER_NAME, TEAM_NAME
 from duet.agents._events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCallsRequested
 
