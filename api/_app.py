@@ -137,7 +137,7 @@ class ServiceConfig:
                 else:
                     duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations,
                                                               reuse_seconds=self.options.reasoning_reuse_seconds)
-            except Exception as exc:  # noqa: BLE001 - a function tool that does not import, a broken team file
+            except Exception as exc:  # a function tool that does not import, a broken team file
                 raise ConfigError(f"{self.origin_of(pipeline)}: {exc}") from exc
         return duets
 
