@@ -464,7 +464,7 @@ def _append_note(body: list[LLMMessage], at: int, note: str) -> bool:
     if isinstance(content, str):
         body[at] = UserMessage(content=content + note, source=message.source)  # type: ignore[union-attr]
     else:
-        body[at] = UserMessage(content=[*content, note.lstrip("\n")], source=message.source)  # type: ignore[union-attr,misc]
+        body[at] = UserMessage(content=[*content, note.lstrip("\n")], source=message.source)  # type: ignore[union-attr]
     return True
 
 

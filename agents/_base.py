@@ -223,6 +223,7 @@ class DuetAgent(BaseChatAgent):
         """The model the agent's calls ask for."""
         model = self._model_name
         if model is None:  # Duet's client names it; AutoGen's keeps it in its config (dumped once)
+            assert self._model_client is not None, "only an agent with a model client calls a model"
             model = getattr(self._model_client, "model", None)
             if not isinstance(model, str):
                 model = str(self._model_client.dump_component().config.get("model", ""))

@@ -266,9 +266,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         try:
             async for item in self._think(prompt, run, cancellation_token, effort):
                 if isinstance(item, Response) and reuse is not None:
-                    reuse.keep(item.chat_message.content, grounding)  # type: ignore[union-attr]
+                    reuse.keep(getattr(item.chat_message, "content", ""), grounding)
                 yield item
-        except Exception as exc:  # noqa: BLE001 - only a reasoning model that is down degrades; anything else is raised
+        except Exception as exc:
             if self._on_failure == "fail" or not _model_down(exc):
                 raise
             for event in self._answer_alone(exc):

@@ -15,6 +15,7 @@ prefix: what is not one is prefilled again, every turn. Run it with this checkou
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -26,10 +27,10 @@ import httpx
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
 
-from harness import DUET, stop  # noqa: E402
-from reasoning_once import ANSWER, REASONER, serve  # noqa: E402
-from record import begin, save  # noqa: E402
-from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream  # noqa: E402
+from harness import DUET, stop
+from reasoning_once import ANSWER, REASONER, serve
+from record import begin, save
+from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
 TURNS = 10
 WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
@@ -42,7 +43,7 @@ def messages_bytes(body: dict[str, Any]) -> bytes:
 
 def common_prefix(a: bytes, b: bytes) -> int:
     size = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         size += 1
@@ -51,7 +52,7 @@ def common_prefix(a: bytes, b: bytes) -> int:
 
 def shares(requests: list[bytes]) -> list[float]:
     """Of each request, the share the next one starts with (a list's closing bracket aside)."""
-    return [round(min(1.0, (common_prefix(a, b) + 1) / len(a)), 4) for a, b in zip(requests, requests[1:])]
+    return [round(min(1.0, (common_prefix(a, b) + 1) / len(a)), 4) for a, b in itertools.pairwise(requests)]
 
 
 class Chat:

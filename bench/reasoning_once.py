@@ -33,9 +33,9 @@ import yaml
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
 
-from harness import DUET, free_port, stop, wait_up  # noqa: E402
-from record import begin, save  # noqa: E402
-from tests.scripted_upstream import Reply, ScriptedUpstream  # noqa: E402
+from harness import DUET, free_port, stop, wait_up
+from record import begin, save
+from tests.scripted_upstream import Reply, ScriptedUpstream
 
 REASONER, ANSWER = "once-r1", "once-answer"
 FAULTS: dict[str, tuple[str, Reply]] = {

@@ -177,14 +177,14 @@ class ReasoningLedger:
             found = await self.store.get_each([self.note_key(owner, pipeline, prefix_digests[i]) for i in indices])
         except StoreUnavailable:
             return {}
-        return {index: (entry.reasoning, entry.grounding) for index, entry in zip(indices, found) if entry is not None}
+        return {index: (entry.reasoning, entry.grounding) for index, entry in zip(indices, found, strict=True) if entry is not None}
 
     async def _put(self, keys: list[str], entry: Continuation) -> None:
         try:
             await self.store.put(keys, entry)
         except StoreUnavailable:  # reported by the store: only the reuse by another worker is lost
             pass
-        except Exception:  # noqa: BLE001 - a store that is not guarded: log, never raise into nobody
+        except Exception:
             logger.warning("could not keep a reasoning for reuse", exc_info=True)
 
     async def settle(self, timeout: float = 2.0) -> None:

@@ -42,7 +42,7 @@ class RedisContinuationStore(ContinuationStore):
         if not keys:
             return []
         values = await self._redis.mget([self._prefix + key for key in keys])
-        return [decode(value, [key]) for value, key in zip(values, keys)]
+        return [decode(value, [key]) for value, key in zip(values, keys, strict=True)]
 
     async def ping(self) -> None:
         await self._redis.ping()

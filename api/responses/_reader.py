@@ -375,7 +375,7 @@ def reasoning_effort(reasoning: dict[str, Any] | None) -> ReasoningEffort | None
     if effort not in REASONING_EFFORTS:
         raise APIError(400, f"reasoning.effort: one of {', '.join(sorted(REASONING_EFFORTS))}, got {str(effort)[:40]!r}",
                        param="reasoning.effort", code="invalid_request")
-    return effort  # type: ignore[no-any-return]
+    return effort
 
 
 def _tool_choice(choice: str | NamedToolChoice | None) -> ToolChoice:

@@ -7,6 +7,7 @@ conversation's prefix, put back on the next turns); the system message stays the
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -25,7 +26,7 @@ def messages_bytes(body: dict[str, Any]) -> bytes:
 def prefix_share(previous: bytes, current: bytes) -> float:
     """The share of ``previous`` that ``current`` starts with (the closing bracket of a list aside)."""
     common = 0
-    for a, b in zip(previous, current):
+    for a, b in zip(previous, current, strict=False):
         if a != b:
             break
         common += 1
@@ -64,9 +65,9 @@ def test_each_answer_request_starts_with_the_previous_one(http: httpx.Client, up
 
     requests = [messages_bytes(r.body) for r in upstream.requests_for(ANSWER)]
     assert len(requests) == 5
-    shares = [prefix_share(a, b) for a, b in zip(requests, requests[1:])]
+    shares = [prefix_share(a, b) for a, b in itertools.pairwise(requests)]
     assert all(share == 1.0 for share in shares), shares  # every earlier request is a prefix of the next, whole
     system = upstream.requests_for(ANSWER)[-1].body["messages"][0]["content"]
     assert "Say goodbye." not in system  # the reasoning is not in the system message
     reasoner_requests = [messages_bytes(r.body) for r in upstream.requests_for(REASONER)]
-    assert [prefix_share(a, b) for a, b in zip(reasoner_requests, reasoner_requests[1:])] == [1.0] * 3
+    assert [prefix_share(a, b) for a, b in itertools.pairwise(reasoner_requests)] == [1.0] * 3
