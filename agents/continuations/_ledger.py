@@ -127,6 +127,8 @@ class ReasoningLedger:
                 self._local.move_to_end(key)
                 return entry[1]
             self._drop(key)
+        if not self.store.available:  # known to be out: no probe on the reasoner's path
+            return None
         try:
             stored = await self.store.get([key])
         except StoreUnavailable:  # the store reports its outage itself: the reasoner thinks again
@@ -170,7 +172,7 @@ class ReasoningLedger:
     async def notes(self, owner: str, pipeline: str, prefix_digests: Mapping[int, str]) -> dict[int, tuple[str, str]]:
         """The notes (reasoning, retrieved context) kept for these conversation prefixes, in one store
         call: by the same index as given. A note the store lost (expired, an outage) is only missing."""
-        if not prefix_digests:
+        if not prefix_digests or not self.store.available:  # known to be out: the notes are missing, no probe
             return {}
         indices = list(prefix_digests)
         try:
