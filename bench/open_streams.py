@@ -188,6 +188,8 @@ async def phase(args: argparse.Namespace, pid: int, url: str, count: int) -> dic
         "errors": tally.errors,
         "cpu_us_per_token": cpu / max(1, tally.tokens) * 1e6,
         "tokens_per_s": tally.tokens / args.seconds,
+        # Below 1, the streams got fewer tokens than the upstream's pace: the machine (client, upstream or server) fell behind.
+        "delivered_share": tally.tokens / args.seconds / (count * 1000 / args.pace_ms),
         "cpu_share": cpu / args.seconds,
         "added_delay_ms": percentiles([gap - pace for gap in tally.gaps]),
         "kb_per_stream": (rss_open - rss_before) * 1024 / max(1, count),
@@ -229,6 +231,7 @@ def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 ROWS = [  # (label, figure, percentile or "")
     ("streams open", "streams_open", ""),
     ("errors (refused or dropped requests)", "errors", ""),
+    ("tokens delivered / the pace's (below 1: behind)", "delivered_share", ""),
     ("own CPU µs per token", "cpu_us_per_token", ""),
     ("added inter-token delay p50, ms", "added_delay_ms", "p50"),
     ("added inter-token delay p99, ms", "added_delay_ms", "p99"),
