@@ -57,33 +57,36 @@ class Tally:
     errors: int = 0
 
 
-def token_kind(line: bytes) -> int:
-    """1 for a reasoning token, 2 for an answer token (text or a tool call), 0 for anything else."""
-    if b'"reasoning_content":"' in line:
-        return 1
-    if b'"content":"' in line and b'"content":""' not in line or b'"tool_calls"' in line:
-        return 2
-    return 0
+REASONING, CONTENT, TOOL_CALL = b'"reasoning_content":"', b'"content":"', b'"tool_calls"'
+
+
+def tokens_in(data: bytes) -> tuple[int, int]:
+    """Reasoning tokens, and answer tokens (text or tool-call chunks), in what one read brought (each
+    chunk of these servers carries one; ``"content":""``, the role chunk's, is none)."""
+    return data.count(REASONING), data.count(CONTENT) - data.count(b'"content":""') + data.count(TOOL_CALL)
 
 
 async def stream_tokens(http: aiohttp.ClientSession, url: str, body: dict[str, Any], tally: Tally | None) -> float:
-    """One streamed request; its TTFT in seconds. With ``tally``, counts its tokens and gaps in the window."""
+    """One streamed request; its TTFT in seconds. With ``tally``, counts its tokens and gaps in the window.
+    Read by read, not line by line: the client is the cheapest of the three processes on the cores."""
     start = time.perf_counter()
     first, last, last_kind = 0.0, 0.0, 0
     async with http.post(url, json=body) as response:
         if response.status != 200:
+            await response.read()
             raise RuntimeError(f"HTTP {response.status}")
-        async for line in response.content:
-            kind = token_kind(line)
-            if not kind:
+        async for data in response.content.iter_any():
+            reasoning, answer = tokens_in(data)
+            if not reasoning and not answer:
                 continue
             now = time.perf_counter()
             if not first:
                 first = now - start
+            kind = 2 if answer else 1
             if tally is not None and tally.window[0] <= now <= tally.window[1]:
-                tally.tokens += 1
-                if kind == last_kind and last >= tally.window[0]:
-                    tally.gaps.append(now - last)
+                tally.tokens += reasoning + answer
+                if kind == last_kind and last >= tally.window[0] and reasoning + answer == 1:
+                    tally.gaps.append(now - last)  # a read of one token: the gap since the stage's last one
             last, last_kind = now, kind
     return first
 
