@@ -123,7 +123,7 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]],
             await direct_pair(warm, upstream)
     ttft_targets = {**{name: (url, SHAPES["paced"]) for name, (_, url) in servers.items()}, "direct": (upstream, chat_body(REASONER))}
     for index in range(args.rounds):
-        ttft = await measure_ttft(args, ttft_targets, first_turn=index * ttft_turns(args))
+        ttft = await measure_ttft(args, ttft_targets, first_turn=index * ttft_turns(args)) if "paced" in shapes else {}
         for shape in shapes:
             order = list(servers) if index % 2 == 0 else list(reversed(servers))  # who goes first alternates
             for name in order:
