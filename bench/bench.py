@@ -132,7 +132,7 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]],
                 if shape == "paced":
                     figures |= {"ttft_ms": ttft[name], "ttft_overhead_ms": ttft[name] - ttft["direct"]}
                 rounds[shape][name].append(figures)
-        direct_rounds.append({"ttft_ms": ttft["direct"], **await measure_direct(args, upstream)})
+        direct_rounds.append({**({"ttft_ms": ttft["direct"]} if ttft else {}), **await measure_direct(args, upstream)})
     results: dict[str, Any] = {shape: {name: {key: median([r[key] for r in runs]) for key in runs[0]} for name, runs in by_name.items()}
                                for shape, by_name in rounds.items()}
     results["direct"] = {key: median([r[key] for r in direct_rounds]) for key in direct_rounds[0]}
