@@ -191,6 +191,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each throughput run (c=16, c=64)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (Duet, relay, direct); medians are printed")
+    parser.add_argument("--duet-env", action="append", default=[], metavar="DUET_X=value",
+                        help="a setting for duet serve (repeatable), e.g. DUET_STATE_URL=memory://")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if args.ttft_block < 1 or args.requests < 1:
@@ -201,7 +203,7 @@ def main() -> None:
     run = begin("bench")
     load_before = run.load_before
     tokens = ["--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens), "--delay-between", str(args.pace_ms / 1000)]
-    with served(tokens, relay=True) as services:
+    with served(tokens, env=dict(setting.split("=", 1) for setting in args.duet_env), relay=True) as services:
         servers = {"duet": (services.duet.pid, f"{services.base_url}/v1/chat/completions"),
                    "relay": (services.relay.pid, f"{services.relay_url}/v1/chat/completions")}  # type: ignore[union-attr]
         results = asyncio.run(measure(args, servers, f"{services.upstream_base}/chat/completions"))

@@ -136,6 +136,7 @@ def duet_command() -> list[str]:
     return [DUET, "serve"]
 
 
+START_TIMEOUT = 120  # seconds duet serve may take to answer /health (a loaded machine imports slowly)
 STDERR_SHOWN = 4000  # characters of Duet's stderr a failed start shows (its end)
 
 
@@ -149,7 +150,7 @@ def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.D
         stderr = log if log is not subprocess.DEVNULL else cleanup.enter_context(tempfile.TemporaryFile())
         duet = subprocess.Popen(duet_command(), cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
         try:
-            wait_up(f"http://127.0.0.1:{port}/health", process=duet)
+            wait_up(f"http://127.0.0.1:{port}/health", timeout=START_TIMEOUT, process=duet)
         except BaseException as exc:
             stop(duet)
             if not isinstance(exc, Exception) or stderr is log:
