@@ -142,7 +142,7 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]],
     if "paced" in rounds:  # each round's TTFT ratio on its own: the spread behind the ratio of the medians in the table
         results["ttft_overhead_ratio_by_round"] = {
             str(index + 1): ratio(duet["ttft_overhead_ms"], relay["ttft_overhead_ms"])
-            for index, (duet, relay) in enumerate(zip(rounds["paced"]["duet"], rounds["paced"]["relay"]))
+            for index, (duet, relay) in enumerate(zip(rounds["paced"]["duet"], rounds["paced"]["relay"], strict=True))
         }
     return results
 
