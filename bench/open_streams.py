@@ -53,6 +53,8 @@ class Tally:
     tokens: int = 0  # delivered inside the window
     gaps: list[float] = field(default_factory=list)  # seconds between two tokens of one stage, inside the window
     first_tokens: int = 0  # streams of the ramp that got their first token
+    all_open: asyncio.Event = field(default_factory=asyncio.Event)  # set when ``first_tokens`` reaches ``ramp_size``
+    ramp_size: int = 0
     ramp_ttft: list[float] = field(default_factory=list)
     errors: int = 0
 
@@ -97,13 +99,15 @@ async def keep_open(http: aiohttp.ClientSession, url: str, tally: Tally) -> None
     while True:
         try:
             ttft = await stream_tokens(http, url, STREAM_BODY, tally)
-        except (aiohttp.ClientError, RuntimeError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, RuntimeError):
             tally.errors += 1
             await asyncio.sleep(0.1)  # a refused stream is retried, not hammered
             continue
         if first:
             tally.ramp_ttft.append(ttft)
             tally.first_tokens += 1
+            if tally.first_tokens >= tally.ramp_size:
+                tally.all_open.set()
             first = False
 
 
@@ -116,7 +120,7 @@ async def timed_requests(http: aiohttp.ClientSession, url: str, body: dict[str, 
         await asyncio.sleep(delay)
         try:
             return await stream_tokens(http, url, body, None)
-        except (aiohttp.ClientError, RuntimeError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, RuntimeError):
             tally.errors += 1
             return None
 
@@ -149,15 +153,15 @@ async def wait_quiet(pid: int, timeout: float = 60.0) -> None:
 async def ramp(http: aiohttp.ClientSession, url: str, count: int, rate: float, tally: Tally) -> list[asyncio.Task[None]]:
     """Opens ``count`` kept-open streams at ``rate`` per second; returns when each has its first token (or 60 s)."""
     clients: list[asyncio.Task[None]] = []
+    tally.ramp_size = count
     start = time.perf_counter()
     for index in range(count):
         delay = start + index / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         clients.append(asyncio.create_task(keep_open(http, url, tally)))
-    deadline = time.perf_counter() + 60
-    while tally.first_tokens < count and time.perf_counter() < deadline:
-        await asyncio.sleep(0.05)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(tally.all_open.wait(), 60)
     return clients
 
 
