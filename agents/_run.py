@@ -26,6 +26,7 @@ from duet.agents._options import AnswerOptions
 
 if TYPE_CHECKING:
     from duet.agents._observe import RunObserver
+    from duet.agents._upstream_calls import IssuedCall
 
 
 async def _never_full() -> None:
@@ -70,6 +71,9 @@ class DuetRun:
     options: AnswerOptions = field(default_factory=AnswerOptions)
     request: RequestContext = field(default_factory=RequestContext)
     observer: "RunObserver | None" = None
+    issued_calls: dict[str, "IssuedCall"] = field(default_factory=dict)
+    """What the answer model's upstream issued for each tool call of the run, by Duet's call id
+    (:mod:`duet.agents._upstream_calls`): made by the answer agent, restored with a stored round."""
     _head_start: _HeadStart | None = None
 
     @property

@@ -67,12 +67,12 @@ class Readiness:
         return self._upstreams
 
     async def _probe(self) -> dict[str, str]:
-        clients: dict[str, Any] = {}  # one probe per upstream server, named by a model it serves
+        clients: dict[tuple[str, str], Any] = {}  # one probe per upstream server and model: is the model listed?
         for duet in self._pipelines.values():
             for client in duet.model_clients:
                 url = getattr(client, "base_url", None)
                 if isinstance(url, str) and hasattr(client, "check_ready"):
-                    clients.setdefault(url, client)
+                    clients.setdefault((url, str(getattr(client, "model", ""))), client)
         probes = list(clients.values())
         results = await asyncio.gather(
             *(asyncio.wait_for(client.check_ready(self._timeout), self._timeout + 1) for client in probes),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_valid
 
 from duet._errors import DuetError
 from duet.agents._model_reasoning import ModelReasoning, ReasonedAssistantMessage, calls_key, with_reasoning
+from duet.agents._upstream_calls import IssuedCall
 
 logger = logging.getLogger("duet.agents.continuations")
 
@@ -47,6 +48,8 @@ class Continuation(BaseModel):
     conversation items it continues (``previous_response_id``), in the same store and expiry."""
     model_reasoning: dict[str, ModelReasoning] = Field(default_factory=dict)
     grounding: str = Field("", description="The retrieved context the round was answered with (grounding).")
+    issued: dict[str, IssuedCall] = Field(
+        default_factory=dict, description="What the answer model's upstream issued for the round's calls, by Duet's call id.")
 
     @model_validator(mode="after")
     def _reasoning_on_the_turn(self) -> "Continuation":

@@ -39,9 +39,16 @@ def answer_model(name: str) -> str:
     return next((m for m in dialect.default_models if dialect.thinks(m, {})), dialect.default_models[0])
 
 
+NEEDS: dict[str, dict[str, Any]] = {
+    # Gemini writes thought summaries only when asked (docs: thought-signatures, OpenAI compatibility).
+    "gemini": {"create_args": {"extra_body": {"google": {"thinking_config": {"include_thoughts": True}}}}},
+}
+"""What a dialect's model section needs besides its URL and model name (the providers page lists it)."""
+
+
 def config(upstream: ReplayUpstream) -> dict[str, Any]:
     def model(dialect: str, name: str) -> dict[str, Any]:
-        return {"base_url": upstream.base_url(dialect), "model": name, "max_retries": 0}
+        return {"base_url": upstream.base_url(dialect), "model": name, "max_retries": 0, **NEEDS.get(dialect, {})}
 
     pipelines = []
     for name in DIALECTS:
