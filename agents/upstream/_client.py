@@ -331,11 +331,12 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             response.release()
         return status_error(raw, response.status, response.content_type, response.headers.get("Retry-After"), self._config.model)
 
-    async def check_ready(self, timeout: float) -> None:
+    async def check_ready(self, timeout: float, models: Sequence[str] = ()) -> None:
         """Readiness: asks the upstream's ``GET /models`` with this client's headers. Returns when it
-        answers 200 within ``timeout`` seconds with a list that holds the model (or no list it can
-        read); raises an :class:`~duet.agents._errors.UpstreamError` otherwise
-        (:class:`~duet.agents._errors.UpstreamModelNotFound` for a model it does not list)."""
+        answers 200 within ``timeout`` seconds with a list that holds the model and ``models`` (others
+        configured on the same upstream), or no list it can read; raises an
+        :class:`~duet.agents._errors.UpstreamError` otherwise (:class:`~duet.agents._errors.UpstreamModelNotFound`
+        for a model it does not list)."""
         model = self._config.model
         failure: UpstreamError | None = None
         try:
@@ -344,7 +345,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                     if response.status != 200:
                         failure = await self._status_error(response)
                     else:
-                        failure = unlisted_model((await read_bounded(response, MAX_ERROR_BODY * 16))[0], model)
+                        raw = (await read_bounded(response, MAX_ERROR_BODY * 16))[0]
+                        failure = next(filter(None, (unlisted_model(raw, name) for name in (model, *models))), None)
         except asyncio.TimeoutError as exc:
             forget(exc)
             failure = UpstreamTimeout(f"did not answer GET /models within {timeout:g}s", model=model)

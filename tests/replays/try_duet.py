@@ -202,7 +202,7 @@ def guarded(check: Callable[[], list[str]]) -> list[str]:
 def usage_check(base: str, name: str, stream: bool) -> list[str]:
     """Duet's completion tokens for a text turn and a tool-result turn against what the upstream reported."""
     dialect, model = DIALECTS[name], answer_model(name)
-    thought = len(REASONING) if dialect.thinks(model, {}) else 0
+    thought = len(REASONING) if dialect.thinks(model, NEEDS.get(name, {}).get("create_args", {}).get("extra_body", {})) else 0
     history = first_turn("chat", f"Weather? {TOOL_MARK}")
     said = chat(base, f"o-{name}", stream, history)
     turns = [("text", chat(base, f"o-{name}", stream, first_turn("chat", "Weather?"))[3], len(ANSWER) + thought)]
