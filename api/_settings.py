@@ -114,8 +114,10 @@ class ServiceOptions(BaseModel):
     max_messages: int = Field(4096, gt=0, description="Most messages in one request (400 above it).")
     max_tools: int = Field(128, gt=0, description="Most tools in one request, as OpenAI allows (400 above it).")
     # Connections and concurrency
-    max_concurrent_requests: int = Field(256, gt=0, description="Completions running at once (a request still sending its body does not count); more get 503 with Retry-After.")
-    max_connections: int = Field(1000, gt=0, description="Open client connections; at the cap the one slowest to send its head (else an idle kept-alive one) is closed to make room, else the new one. Lowered to fit the open-file limit.")
+    # Sized for reasoning streams (docs/performance.md, "Defaults"): a worker's core holds ~1,100 streams at
+    # 10 tokens/s; the cap keeps ~30 % of it for arrivals and latency, so duet_saturation_ratio near 1 means a busy core.
+    max_concurrent_requests: int = Field(768, gt=0, description="Completions running at once, per worker (a request still sending its body does not count); more get 503 with Retry-After. Sized for streams at about 10 tokens/s: lower it for faster models (docs/performance.md).")
+    max_connections: int = Field(4096, gt=0, description="Open client connections, per worker; at the cap the one slowest to send its head (else an idle kept-alive one) is closed to make room, else the new one. Lowered to fit the open-file limit (with an upstream connection for each running completion).")
     header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request's head (from a new connection's start, or from the head's first byte).")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's body (408 after); also how long the rest of a refused body is skipped.")
     keep_alive_timeout: float = Field(
@@ -162,7 +164,7 @@ class ServiceOptions(BaseModel):
         return next((pipeline for alias, pipeline in self.model_aliases.items() if "*" in alias and fnmatchcase(model, alias)), None)
 
 
-class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
+class EnvSettings(ServiceOptions, BaseSettings):
     """Everything settable from the environment, and the service-wide options resolved.
 
     Each field is taken from the first source that sets it: the arguments given (``duet serve``
@@ -233,7 +235,7 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
             reasoning_output=self.reasoning_output,
             reasoner=reasoner,
             answer=AnswerSettings(base_url=self.answer_base_url, model=self.answer_model, api_key_env=KEY_VARIABLES["answer"]),
-            tools=ToolsSettings(functions=functions),  # type: ignore[arg-type]
+            tools=ToolsSettings(functions=functions),
             grounding=GroundingSettings(tools=grounding_tools) if grounding_tools else None,
         )
 
@@ -249,7 +251,7 @@ class TeamPipelineSettings(BaseModel):
 
 
 def _pipeline_kind(value: Any) -> str:
-    has_team = isinstance(value, dict) and "team_file" in value or isinstance(value, TeamPipelineSettings)
+    has_team = (isinstance(value, dict) and "team_file" in value) or isinstance(value, TeamPipelineSettings)
     return "team" if has_team else "models"
 
 
