@@ -34,7 +34,7 @@ provider name its dumps carry):
   a team file read and loaded (:mod:`duet.agents.pipeline` has the rest of the pipeline).
 
 Errors (the tree is in :mod:`duet.agents._errors`): :class:`DuetError`, the base of every Duet error;
-:class:`UpstreamError` and its kinds :class:`UpstreamStatusError`, :class:`UpstreamConnectionError`,
+:class:`UpstreamError` and its kinds :class:`UpstreamStatusError` (:class:`UpstreamModelNotFound`), :class:`UpstreamConnectionError`,
 :class:`UpstreamUnreachable`, :class:`UpstreamProtocolError`, :class:`UpstreamTimeout`;
 :class:`ConversationError`, :class:`TeamLoadError`, :class:`RunNotBoundError`.
 
@@ -53,6 +53,7 @@ from duet.agents._errors import (
     TeamLoadError,
     UpstreamConnectionError,
     UpstreamError,
+    UpstreamModelNotFound,
     UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeout,
@@ -142,6 +143,7 @@ __all__ = [
     "ToolCallsRequested",
     "UpstreamConnectionError",
     "UpstreamError",
+    "UpstreamModelNotFound",
     "UpstreamProtocolError",
     "UpstreamStatusError",
     "UpstreamTimeout",

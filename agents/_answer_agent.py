@@ -39,7 +39,8 @@ from duet.agents._model_reasoning import (
 )
 from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments
 from duet.agents._errors import UpstreamStatusError
-from duet.agents._conversation import new_call_id, without_images
+from duet.agents._conversation import without_images
+from duet.agents._upstream_calls import IssuedCall, issue, to_upstream
 from duet.agents.upstream import add_usage, streaming_create_args
 from duet.agents._events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from duet.agents._grounding import retrieved_context
@@ -48,7 +49,7 @@ from duet.agents._observe import observe_client_tool_calls, observe_tool_call, o
 from duet.agents._options import AnswerOptions
 from duet.agents._run import DuetRun, current_run
 from duet.agents._text_parts import TextParts
-from duet.agents._thinking import ReasoningSplitter
+from duet.agents._thinking import ReasoningSplitter, opens_thinking, remember_thinking
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class _AnswerTurn:
     carries_reasoning: bool  # the history holds some of the model's own reasoning
     total: RequestUsage = field(default_factory=lambda: RequestUsage(prompt_tokens=0, completion_tokens=0))
     turn: list[LLMMessage] = field(default_factory=list)  # what this turn adds to the conversation
+    issued: dict[str, IssuedCall] = field(default_factory=dict)  # the run's: Duet's call ids → the upstream's
     spoke: bool = False  # text from an earlier round was already streamed
     finished: bool = False
 
@@ -179,13 +181,13 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                 raise asyncio.CancelledError()
             last_round = round_number == self._max_tool_rounds
             tools, tool_choice = self._offered(state, last_round)
-            splitter = ReasoningSplitter()
+            splitter = ReasoningSplitter(opened=opens_thinking(self._model_client))
             text_parts = TextParts()
             thinking_parts = TextParts()  # the model's own reasoning in this round
             result: CreateResult | None = None
             piece: str | CreateResult | None
             piece, stream, state.pass_back = await self._open_stream(
-                state.history, state.pass_back, state.carries_reasoning, run,
+                state.history, state.pass_back, state.carries_reasoning, run, state.issued,
                 tools=tools, tool_choice=tool_choice, extra_create_args=state.create_args, cancellation_token=cancellation_token,
             )
             while piece is not None:  # the opened stream's first piece, then the rest (no wrapper per piece)
@@ -236,7 +238,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             self._pass_reasoning_back == "auto" and (self._model_thinks() or any(m.reasoning.from_model for m in reasoned))
         )
         return _AnswerTurn(workbench, options, tools, tool_choice, history, streaming_create_args(self._model_client, options.create_args),
-                           reasoning, pass_back=pass_back, carries_reasoning=bool(reasoned))
+                           reasoning, pass_back=pass_back, carries_reasoning=bool(reasoned),
+                           issued=run.issued_calls if run is not None else {})
 
     def _offered(self, state: _AnswerTurn, last_round: bool) -> tuple[list[ToolSchema], Any]:
         """The tools and the tool choice of a round; out of service-tool rounds, only the client's
@@ -253,6 +256,9 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
                        result: CreateResult | None) -> Iterator[DuetEvent]:
         """What the splitter still held, then the round's usage."""
         thinking, text = splitter.flush()
+        remember_thinking(self._model_client, splitter)
+        if splitter.answer_was_reasoned:  # no </think> came: what was taken for the model's thinking is its answer
+            thinking_parts.clear()
         if thinking:
             thinking_parts.append(thinking)
             yield ReasoningDelta(text=thinking, source=self.name)
@@ -272,8 +278,9 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         """A round that ended in tool calls: service tools run here, then the next round; a call of a
         client tool ends the turn (``state.finished``), handing the calls to the client."""
         workbench = state.workbench
-        # Duet issues its own call ids: upstreams repeat or omit theirs, and clients key on them.
-        calls = [FunctionCall(id=new_call_id(), name=call.name, arguments=call.arguments) for call in result.content]  # type: ignore[union-attr]
+        # Duet issues its own call ids (upstreams repeat or omit theirs, and clients key on them); the
+        # upstream's ids and provider fields are kept, to be sent back to it.
+        calls = issue(result.content, state.issued)  # type: ignore[arg-type]
         if state.options.single_tool_call:
             calls = calls[:1]
         client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
@@ -336,7 +343,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         return ModelReasoning(text=thinking_parts.join(), field=field, details=details)
 
     async def _open_stream(
-        self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, run: DuetRun | None, **arguments: Any
+        self, history: list[LLMMessage], pass_back: bool, carries_reasoning: bool, run: DuetRun | None,
+        issued: dict[str, IssuedCall], **arguments: Any
     ) -> tuple[str | CreateResult, AsyncGenerator[str | CreateResult, None], bool]:
         """The model's stream for ``history`` (its reasoning passed back or not), opened: its first
         piece, the stream, and whether it passes the reasoning back. In ``auto``, an upstream that
@@ -344,6 +352,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         field") is asked again with it."""
         field = getattr(self._model_client, "reasoning_field", None)
         request = for_request(history, pass_back, field) if pass_back or carries_reasoning else history
+        if issued:  # the upstream gets back its own call ids and fields
+            request = to_upstream(request, issued)
         stream = self._model_stream("answer", run, request, **arguments)
         try:
             first = await anext(stream)
@@ -352,7 +362,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             if pass_back or self._pass_reasoning_back != "auto" or not _asks_for_reasoning(exc):
                 raise
             logger.info("%s: the answer model wants its reasoning back on tool-calling turns; sending it", self.name)
-            return await self._open_stream(history, True, carries_reasoning, run, **arguments)
+            return await self._open_stream(history, True, carries_reasoning, run, issued, **arguments)
         return first, stream, pass_back
 
     def _reply(self, text: str, finish_reason: FinishReason, usage: RequestUsage) -> Response:

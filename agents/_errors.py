@@ -8,6 +8,7 @@ is one too (an ``except`` written for that keeps working)::
     DuetError                                   duet.agents (defined in duet._errors: every room raises one)
     ├── UpstreamError                           an upstream model server failed (HTTP: 400, 429, 502-504)
     │   ├── UpstreamStatusError                 it answered an error status, or an error object
+    │   │   └── UpstreamModelNotFound           it does not serve the configured model (HTTP 502)
     │   ├── UpstreamConnectionError             it broke the connection off
     │   │   └── UpstreamUnreachable             no connection could be made
     │   ├── UpstreamProtocolError               its answer is not the OpenAI protocol
@@ -42,8 +43,9 @@ upstream error is masked (:func:`mask_secrets`) when it is made.
 from __future__ import annotations
 
 import json
+import re
 import sys
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from duet._errors import DuetError
 from duet.agents._names import ANSWERER_NAME, REASONER_NAME
@@ -120,6 +122,12 @@ class UpstreamStatusError(UpstreamError):
     """The upstream answered with an error status, or sent an error object instead of an answer."""
 
 
+class UpstreamModelNotFound(UpstreamStatusError):
+    """The upstream does not serve the model Duet is configured with (Ollama's 404 for a model not
+    pulled, Mistral's ``invalid_model``, Zhipu's code 1211, ...): the operator's configuration to fix,
+    not the client's request."""
+
+
 class UpstreamConnectionError(UpstreamError):
     """The upstream closed the connection before the model finished."""
 
@@ -168,6 +176,32 @@ def error_fields(error: Any, status: int | None = None) -> dict[str, Any]:
     return kept
 
 
+MODEL_NOT_FOUND_CODES = frozenset(("model_not_found", "invalid_model", "1211", "resource_not_found_error", "NotFoundError"))
+"""The ``code`` or ``type`` with which servers say they do not serve a model: OpenAI, Groq
+(``model_not_found``), Mistral (``invalid_model``), Zhipu (1211), Moonshot (``resource_not_found_error``),
+vLLM (``NotFoundError``)."""
+_MODEL_NOT_FOUND = re.compile(
+    r"not a valid model|invalid model|no such model|model (does )?not exist|model.{0,200}?(not (be )?found|does not exist)", re.I | re.S)
+
+
+def model_not_found(status: int, fields: Mapping[str, str], text: str) -> bool:
+    """The upstream says it does not serve the model (a 404 of ``/chat/completions`` is about the model
+    or the URL: both are Duet's configuration).
+
+    >>> model_not_found(404, {}, "model 'qwen3:8b' not found"), model_not_found(400, {"code": "invalid_model"}, "Invalid model: x")
+    (True, True)
+    >>> model_not_found(400, {"code": "context_length_exceeded"}, "This model's maximum context length is 8192 tokens.")
+    False
+    """
+    if status == 404:
+        return True
+    if status != 400:
+        return False
+    if fields.get("code") in MODEL_NOT_FOUND_CODES or fields.get("error_type") in MODEL_NOT_FOUND_CODES:
+        return True
+    return bool(_MODEL_NOT_FOUND.search(text))
+
+
 def _shorten(text: str, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
@@ -195,8 +229,10 @@ def upstream_error_from_openai(exc: BaseException, model: str | None) -> Upstrea
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         fields = error_fields(exc.body, status)
-        return UpstreamStatusError(
-            f"answered HTTP {status}: {upstream_error_text(exc.body, status) if exc.body is not None else exc.message}",
+        text = upstream_error_text(exc.body, status) if exc.body is not None else exc.message
+        kind = UpstreamModelNotFound if model_not_found(status, fields, text) else UpstreamStatusError
+        return kind(
+            f"answered HTTP {status}: {text}",
             model=model,
             upstream_status=status,
             retry_after=exc.response.headers.get("retry-after"),

@@ -31,7 +31,7 @@ from duet.agents._messages import read_grounding, read_task, reasoning_reply, re
 from duet.agents.upstream import streaming_create_args
 from duet.agents._run import DuetRun
 from duet.agents._text_parts import TextParts
-from duet.agents._thinking import ReasoningSplitter
+from duet.agents._thinking import ReasoningSplitter, opens_thinking, remember_thinking
 
 DEFAULT_REASONING_PROMPT = (
     "You are the reasoning half of a two-model assistant. Think the conversation through: what the "
@@ -281,7 +281,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         usage and the reply."""
         call_token, timer = self._call_token(cancellation_token)
         max_chars = effort.max_chars
-        splitter = ReasoningSplitter()
+        splitter = ReasoningSplitter(opened=opens_thinking(self._model_client))
         parts = TextParts()
         size = 0
         result: CreateResult | None = None
@@ -399,6 +399,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             yield ReasoningDelta(text=limit_note, source=self.name)
         else:
             reasoning, content = splitter.flush()
+            remember_thinking(self._model_client, splitter)
+            if splitter.answer_was_reasoned:
+                content = ""  # it was streamed as reasoning already (all the reasoner writes is)
             if reasoning or content:
                 parts.append(reasoning + content)
                 yield ReasoningDelta(text=reasoning + content, source=self.name)

@@ -27,6 +27,7 @@ from duet.agents._options import AnswerOptions
 if TYPE_CHECKING:
     from duet.agents._observe import RunObserver
     from duet.agents.continuations import ReasoningLedger
+    from duet.agents._upstream_calls import IssuedCall
 
 
 async def _never_full() -> None:
@@ -82,6 +83,9 @@ class DuetRun:
     """The digest of the conversation, when it ends with the user turn the reasoner thinks about: the
     key its reasoning is kept under as that turn's note."""
     recalling: "Awaitable[None] | None" = None
+    issued_calls: dict[str, "IssuedCall"] = field(default_factory=dict)
+    """What the answer model's upstream issued for each tool call of the run, by Duet's call id
+    (:mod:`duet.agents._upstream_calls`): made by the answer agent, restored with a stored round."""
     _head_start: _HeadStart | None = None
 
     @property

@@ -37,6 +37,10 @@ class TextParts:
             return "".join(self._pieces)
         return "".join(self._blocks) + "".join(self._pieces)
 
+    def clear(self) -> None:
+        self._blocks.clear()
+        self._pieces.clear()
+
     def __len__(self) -> int:
         """How many pieces were appended."""
         return len(self._blocks) * PIECES_PER_BLOCK + len(self._pieces)

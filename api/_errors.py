@@ -5,8 +5,10 @@ How upstream failures map (the same before the stream starts and in a mid-stream
 =====================================  ======  =============================================
 upstream                               status  ``code`` (``type``)
 =====================================  ======  =============================================
-400 / 404 / 413 / 422                  400     the upstream's code, else ``upstream_invalid_request``
+404, or "no such model" (configuration)  502     ``upstream_model_not_found``
+400 / 413 / 422                        400     the upstream's code, else ``upstream_invalid_request``
 429                                    429     the upstream's code, else ``rate_limit_exceeded``; ``Retry-After`` passed on
+503 (busy)                             503     ``upstream_overloaded``; ``Retry-After`` passed on
 401 / 403 (Duet's upstream key)        502     ``upstream_auth``
 other 4xx, 5xx, an error object        502     ``upstream_error`` (or the error object's code)
 garbage (HTML, not JSON, no answer)    502     ``upstream_protocol_error``
@@ -36,6 +38,7 @@ from duet.agents import (
     ConversationError,
     DuetError,
     UpstreamError,
+    UpstreamModelNotFound,
     UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeout,
@@ -84,7 +87,7 @@ NO_RETRY = {SHOULD_RETRY: "false"}
 """On an upstream failure Duet already retried (5xx, unreachable) or that a retry cannot mend (its credentials):
 the client's SDK does not multiply the calls again."""
 
-UPSTREAM_CLIENT_ERRORS = (400, 404, 413, 422)
+UPSTREAM_CLIENT_ERRORS = (400, 413, 422)
 """Upstream statuses that mean the request itself was refused (too long a context, ...): the client's 400."""
 
 
@@ -97,6 +100,9 @@ def upstream_api_error(exc: UpstreamError) -> APIError:
         return APIError(503, exc.message, type="upstream_error", code="upstream_unavailable", headers=NO_RETRY)
     if isinstance(exc, UpstreamProtocolError):
         return APIError(502, exc.message, type="upstream_error", code="upstream_protocol_error")
+    if isinstance(exc, UpstreamModelNotFound):  # Duet's configuration names a model the upstream does not serve
+        return APIError(502, f"{exc.message} (check the pipeline's model name)", type="upstream_error",
+                        code="upstream_model_not_found")
     if isinstance(exc, UpstreamStatusError):
         if status in UPSTREAM_CLIENT_ERRORS:
             return APIError(400, exc.message, type=exc.error_type or "invalid_request_error", param=exc.param,
@@ -108,6 +114,9 @@ def upstream_api_error(exc: UpstreamError) -> APIError:
             headers[SHOULD_RETRY] = "false" if exc.retries else "true"
             return APIError(429, exc.message, type=exc.error_type or "rate_limit_error", code=exc.code or "rate_limit_exceeded",
                             headers=headers)
+        if status == 503:  # busy (Ollama's queue is full, a provider is overloaded): the client may come back
+            headers = {"Retry-After": exc.retry_after} if exc.retry_after else None
+            return APIError(503, exc.message, type="upstream_error", code="upstream_overloaded", headers=headers)
         if status in (401, 403):  # Duet's own upstream credentials: never a 401 that blames the client's key
             return APIError(502, exc.message, type="upstream_error", code="upstream_auth", headers=NO_RETRY)
         code = exc.code if status is None and exc.code else "upstream_error"

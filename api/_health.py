@@ -68,14 +68,17 @@ class Readiness:
 
     async def _probe(self) -> dict[str, str]:
         clients: dict[str, Any] = {}  # one probe per upstream server, named by a model it serves
+        models: dict[str, set[str]] = {}  # every model configured on it: each must be in its list
         for duet in self._pipelines.values():
             for client in duet.model_clients:
                 url = getattr(client, "base_url", None)
                 if isinstance(url, str) and hasattr(client, "check_ready"):
                     clients.setdefault(url, client)
+                    models.setdefault(url, set()).add(str(getattr(client, "model", "")))
         probes = list(clients.values())
         results = await asyncio.gather(
-            *(asyncio.wait_for(client.check_ready(self._timeout), self._timeout + 1) for client in probes),
+            *(asyncio.wait_for(client.check_ready(self._timeout, sorted(models[client.base_url])), self._timeout + 1)
+              for client in probes),
             return_exceptions=True,
         )
         return {

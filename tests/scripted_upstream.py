@@ -355,7 +355,8 @@ class ScriptedUpstream:
             if reply.status != 200:
                 payload = json.dumps({"error": self._error(reply, headers, reply.status)}).encode()
             else:
-                payload = json.dumps({"object": "list", "data": [{"id": model, "object": "model"} for model in self._scripts]}).encode()
+                listed = dict.fromkeys([*LISTED_MODELS, *self._scripts])
+                payload = json.dumps({"object": "list", "data": [{"id": model, "object": "model"} for model in listed]}).encode()
             writer.write(self._head(reply.status, "application/json", len(payload), reply.headers) + payload)
             await writer.drain()
             return True
@@ -584,6 +585,10 @@ async def _held(reader: asyncio.StreamReader, gate: threading.Event) -> bool:
 
 
 BENCH_TOOL_CALL_MARK = "[call a tool]"
+LISTED_MODELS = ("deepseek-r1", "qwen-tools", "deepseek-v4-thinking", "deepseek-v4-thinking-cold", "qwen-vl", "qwen-slow",
+                 "fx-r1", "fx-answer")
+"""What ``GET /models`` lists besides the scripted models: the tests' model names (it answers any name, but
+Duet's readiness probe looks for its configured models in the list)."""
 """In the last user message of a benchmark's request with tools: the answer model calls the first tool."""
 
 

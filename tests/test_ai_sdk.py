@@ -68,8 +68,10 @@ def test_stream_text_runs_the_tool_loop(duet: DuetServer, upstream: ScriptedUpst
     first_call, second_call = upstream.requests_for(ANSWER)
     assert [tool["function"]["name"] for tool in first_call.body["tools"]] == ["get_weather"]
     sent = second_call.body["messages"]  # the SDK's second request carried the call and its result
-    assert sent[-2]["tool_calls"][0]["id"] == call["toolCallId"] and sent[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
-    assert sent[-1] == {"role": "tool", "tool_call_id": call["toolCallId"], "content": FORECAST}
+    # The upstream gets back the id it issued (issue 25); the SDK saw Duet's.
+    issued = sent[-2]["tool_calls"][0]["id"]
+    assert issued != call["toolCallId"] and sent[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert sent[-1] == {"role": "tool", "tool_call_id": issued, "content": FORECAST}
     assert len(upstream.requests_for(REASONER)) == 1  # a round that only brings tool results skips the reasoner
 
 

@@ -118,7 +118,9 @@ def test_agent_round_trip(dify: Dify, upstream: ScriptedUpstream, stream: bool) 
     assert second["tool_calls"] == []
     history = upstream.requests_for(ANSWER)[1].body["messages"]
     assert history[-2]["content"] == "Let me search."  # the think block was stripped
-    assert history[-1] == {"role": "tool", "tool_call_id": call["id"], "content": "Duet is a reasoning pair."}
+    # The upstream gets back the id it issued (issue 25), not the one Dify saw.
+    issued = history[-2]["tool_calls"][0]["id"]
+    assert issued != call["id"] and history[-1] == {"role": "tool", "tool_call_id": issued, "content": "Duet is a reasoning pair."}
 
 
 def test_usage_stop_and_user(dify: Dify, upstream: ScriptedUpstream) -> None:

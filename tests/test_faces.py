@@ -26,7 +26,7 @@ FACES: dict[str, list[str]] = {
         "GroundingSettings", "ModelCallObserver", "ModelSettings", "OpenAICompatibleClient", "PipelineSettings",
         "REASONER_NAME", "ReasonerSettings", "ReasoningAgent", "ReasoningDelta", "ReasoningEffort", "ReasoningOutput", "ReasoningParagraphs",
         "ReusedReasoning", "RunNotBoundError", "RunObserver", "RunToken", "Stage", "StoreOutcome", "TeamLoadError", "ToolCall",
-        "ToolCallObserver", "ToolCallsRequested", "UpstreamConnectionError", "UpstreamError", "UpstreamProtocolError",
+        "ToolCallObserver", "ToolCallsRequested", "UpstreamConnectionError", "UpstreamError", "UpstreamModelNotFound", "UpstreamProtocolError",
         "UpstreamStatusError", "UpstreamTimeout", "UpstreamUnreachable", "Usage", "UsageOrigin", "build_team", "conversation_from_openai",
         "export_team", "load_team", "load_team_config", "mask_secrets", "random_id", "register_secrets",
         "upstream_error_from_openai",

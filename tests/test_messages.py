@@ -118,8 +118,9 @@ def test_a_tool_round_trip_with_tool_result(client: anthropic.Anthropic, upstrea
     second = client.messages.create(model="duet", max_tokens=512, messages=history, tools=[WEATHER])
     assert second.stop_reason == "end_turn" and second.content[-1].text == "Result: 18°C"
     sent = upstream.requests_for(ANSWER)[1].body["messages"]
-    assert sent[-2]["role"] == "assistant" and sent[-2]["tool_calls"][0]["id"] == call.id
-    assert sent[-1] == {"role": "tool", "tool_call_id": call.id, "content": "18°C"}
+    issued = sent[-2]["tool_calls"][0]["id"]  # the upstream gets back the id it issued (issue 25), not the client's
+    assert sent[-2]["role"] == "assistant" and issued.startswith("call_up") and issued != call.id
+    assert sent[-1] == {"role": "tool", "tool_call_id": issued, "content": "18°C"}
     assert all("A THOUGHT THE CLIENT SENT BACK" not in json.dumps(r.body) for r in upstream.requests)  # thinking is dropped
 
     upstream.script(ANSWER, answer_from_results)

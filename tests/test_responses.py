@@ -97,8 +97,9 @@ def test_tool_round_trip_through_previous_response_id(sdk: openai.OpenAI, upstre
     assert second.output_text == "Sunny in Paris." and second.previous_response_id == first.id
     messages = upstream.requests_for(ANSWER)[-1].body["messages"]
     assert users_words(messages[-3]["content"]) == "Weather in Paris?"
-    assert messages[-2]["tool_calls"][0]["id"] == call.call_id and messages[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
-    assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "sunny, 24C"}
+    issued = messages[-2]["tool_calls"][0]["id"]  # the upstream gets back the id it issued (issue 25), not the client's
+    assert issued.startswith("call_up") and issued != call.call_id and messages[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert messages[-1] == {"role": "tool", "tool_call_id": issued, "content": "sunny, 24C"}
     assert len(upstream.requests_for(REASONER)) == 1  # a round that only brings tool results skips the reasoner
 
 
@@ -116,7 +117,8 @@ def test_tool_round_trip_by_replaying_the_whole_input(sdk: openai.OpenAI, upstre
     second = sdk.responses.create(model="duet", input=replay, tools=[WEATHER], store=False)
     assert second.output_text == "Both mild."
     messages = upstream.requests_for(ANSWER)[-1].body["messages"]
-    assert [c["id"] for c in messages[-3]["tool_calls"]] == [c.call_id for c in calls]  # one assistant turn, both calls
+    sent_ids = [c["id"] for c in messages[-3]["tool_calls"]]  # one assistant turn, both calls, with the upstream's own ids
+    assert len(sent_ids) == 2 and all(i.startswith("call_up") for i in sent_ids) and [m["tool_call_id"] for m in messages[-2:]] == sent_ids
     assert [m["content"] for m in messages[-2:]] == ["0 C", "1 C"]
     # The replayed reasoning item is dropped: the reasoning is there once, as Duet's note after the question (issue 26).
     assert json.dumps(messages).count("Look it up") == 1 and "<reasoning>\nLook it up." in messages[1]["content"]
@@ -168,7 +170,7 @@ def test_item_references_resolve_from_the_stored_response(sdk: openai.OpenAI, up
         {"role": "user", "content": "Weather in Paris?"}, *[{"type": "item_reference", "id": item.id} for item in first.output],
         {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
     assert second.output_text == "Sunny."
-    assert upstream.requests_for(ANSWER)[-1].body["messages"][-2]["tool_calls"][0]["id"] == call.call_id
+    assert upstream.requests_for(ANSWER)[-1].body["messages"][-2]["tool_calls"][0]["id"].startswith("call_up")  # the upstream's own id
 
 
 def test_request_options_reach_the_answer_model(sdk: openai.OpenAI, upstream: ScriptedUpstream) -> None:

@@ -52,9 +52,10 @@ def test_round_trip_with_the_openai_sdk(sdk: openai.OpenAI, upstream: ScriptedUp
     assert second.choices[0].message.content == "Result: 18°C and sunny"
     assert second.choices[0].finish_reason == "stop"
     sent = upstream.requests_for(ANSWER)[1].body["messages"]
-    assert sent[-2]["role"] == "assistant" and sent[-2]["tool_calls"][0]["id"] == call.id
+    issued = sent[-2]["tool_calls"][0]["id"]  # the upstream gets back the id it issued (issue 25), not the client's
+    assert sent[-2]["role"] == "assistant" and issued.startswith("call_up") and issued != call.id
     assert sent[-2]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": call.function.arguments}
-    assert sent[-1] == {"role": "tool", "tool_call_id": call.id, "content": "18°C and sunny"}
+    assert sent[-1] == {"role": "tool", "tool_call_id": issued, "content": "18°C and sunny"}
     assert len(upstream.requests_for(REASONER)) == 1  # a round that only brings tool results skips the reasoner
 
 

@@ -86,7 +86,7 @@ FAULTS = {
          "error_message": "This model's maximum context length is 8192 tokens"},
         400, "context_length_exceeded", type="invalid_request_error", param="messages", message="answered HTTP 400: This model's maximum",
     ),
-    "404": Fault({"status": 404, "error_message": "no such model"}, 400, "upstream_invalid_request", type="scripted"),
+    "404": Fault({"status": 404, "error_message": "no such model"}, 502, "upstream_model_not_found"),
     "413": Fault({"status": 413, "error_message": "too large"}, 400, "upstream_invalid_request", type="scripted"),
     "422": Fault({"status": 422, "error_message": "unprocessable"}, 400, "upstream_invalid_request", type="scripted"),
     "429 Retry-After beyond the bound": Fault(
@@ -96,7 +96,7 @@ FAULTS = {
     "401": Fault({"status": 401, "error_message": "Incorrect API key"}, 502, "upstream_auth", message="answered HTTP 401"),
     "403": Fault({"status": 403, "error_message": "forbidden"}, 502, "upstream_auth"),
     "500": Fault({"status": 500, "error_message": "crashed"}, 502, "upstream_error", calls=3, message="answered HTTP 500: crashed"),
-    "503": Fault({"status": 503, "error_message": "overloaded"}, 502, "upstream_error", calls=3),
+    "503": Fault({"status": 503, "error_message": "overloaded"}, 503, "upstream_overloaded", calls=3),
     "hang before headers": Fault({"delay": 30}, 504, "upstream_timeout", message="did not answer within 1s"),
     "hang mid-stream": Fault({"fault": "stall", "fault_after": 2}, 504, "upstream_timeout", mid_stream=True, message="went silent"),
     "drop mid-stream": Fault({"fault": "disconnect", "fault_after": 2}, 502, "upstream_disconnected", mid_stream=True,

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_valid
 
 from duet._errors import DuetError
 from duet.agents._model_reasoning import ModelReasoning, ReasonedAssistantMessage, calls_key, with_reasoning
+from duet.agents._upstream_calls import IssuedCall
 
 logger = logging.getLogger("duet.agents.continuations")
 
@@ -49,6 +50,8 @@ class Continuation(BaseModel):
     grounding: str = Field("", description="The retrieved context the round was answered with (grounding).")
     reuse_until: float = Field(0.0, description="Kept by the reasoning ledger: until when (wall-clock seconds) a retry "
                                "reuses this reasoning (duet.agents.continuations._ledger).")
+    issued: dict[str, IssuedCall] = Field(
+        default_factory=dict, description="What the answer model's upstream issued for the round's calls, by Duet's call id.")
 
     @model_validator(mode="after")
     def _reasoning_on_the_turn(self) -> "Continuation":

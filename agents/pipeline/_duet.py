@@ -44,6 +44,7 @@ from duet.agents.pipeline._pool import TeamPool, TeamSlot
 from duet.agents.pipeline._result import DuetResult
 from duet.agents._request import DuetRequest, RequestFields
 from duet.agents._run import DuetRun, bind_run
+from duet.agents._upstream_calls import issued_in
 from duet.agents.runtime import LeanAgentRuntime
 from duet.agents._settings import PipelineSettings, ReasoningOutput
 from duet.agents.pipeline._stream import DuetStream, EventChannel
@@ -266,13 +267,13 @@ class Duet:
             try:
                 _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
                 owner = run.request.owner
-                conversation, earlier_reasoning, grounding = await self._restore(conversation, owner)
+                conversation, earlier_reasoning, grounding = await self._restore(conversation, owner, run)
                 self._recall_notes(conversation, run, earlier_reasoning, grounding)
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
                 await self._start_team(slot, task, run, token)
-                finish_reason, hidden_part_lost = await self._follow(slot, task, token, owner, earlier_reasoning or "", grounding)
+                finish_reason, hidden_part_lost = await self._follow(slot, task, token, run, earlier_reasoning or "", grounding)
                 run.emit(Finished(finish_reason=finish_reason, hidden_part_lost=hidden_part_lost))
                 clean = True
             except asyncio.CancelledError as exc:
@@ -301,7 +302,7 @@ class Duet:
         if slot.runtime is not None:
             slot.runtime.start()
 
-    async def _follow(self, slot: TeamSlot, task: list[BaseChatMessage], token: CancellationToken, owner: str,
+    async def _follow(self, slot: TeamSlot, task: list[BaseChatMessage], token: CancellationToken, run: DuetRun,
                       earlier_reasoning: str, grounding: str) -> tuple[FinishReason, bool]:
         """Reads the team's replies until it stops: why the run finished, and whether the hidden part of
         a round that ends with client tool calls was lost (the store was down). That hidden part is kept
@@ -319,7 +320,7 @@ class Duet:
                 grounding = reply.text or grounding
             elif isinstance(reply, ClientHandoff):
                 finish_reason = "tool_calls"
-                hidden_part_lost = not await self._keep(reply.turn, owner, "\n\n".join(reasoning) or earlier_reasoning, grounding)
+                hidden_part_lost = not await self._keep(reply.turn, run, "\n\n".join(reasoning) or earlier_reasoning, grounding)
             elif isinstance(reply, AnswerReply):
                 finish_reason = reply.finish_reason
             # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
@@ -348,10 +349,11 @@ class Duet:
     def _key(self, call_id: str, owner: str) -> str:
         return owned(owner, f"{self.name}:{call_id}")  # a pipeline only ever continues its owner's own rounds
 
-    async def _restore(self, conversation: list[LLMMessage], owner: str) -> tuple[list[LLMMessage], str | None, str]:
+    async def _restore(self, conversation: list[LLMMessage], owner: str, run: DuetRun) -> tuple[list[LLMMessage], str | None, str]:
         """Puts back the hidden part of every tool round since the last user message (a follow-up
-        may continue several), and returns the reasoning the latest of them was answered with
-        (``None`` when no round was restored) and its retrieved context."""
+        may continue several), and what the upstream issued for its calls (into ``run``); returns the
+        reasoning the latest of them was answered with (``None`` when no round was restored) and its
+        retrieved context."""
         if not ends_with_tool_results(conversation):
             return conversation, None, ""
         reasoning: str | None = None
@@ -369,17 +371,21 @@ class Duet:
                                    "client did not see", ", ".join(call_ids))
                 continue
             conversation = splice(conversation, index, continuation)
+            run.issued_calls.update(continuation.issued)
             reasoning = reasoning or continuation.reasoning
             grounding = grounding or continuation.grounding
         return conversation, reasoning, grounding
 
-    async def _keep(self, turn: Sequence[LLMMessage], owner: str, reasoning: str, grounding: str = "") -> bool:
-        """Saves the hidden part of a round that ends with client tool calls; False when it could not be kept."""
+    async def _keep(self, turn: Sequence[LLMMessage], run: DuetRun, reasoning: str, grounding: str = "") -> bool:
+        """Saves the hidden part of a round that ends with client tool calls, and what the upstream
+        issued for its calls; False when it could not be kept."""
         if len(turn) < 2 or not isinstance(turn[-2], AssistantMessage) or not isinstance(turn[-1], FunctionExecutionResultMessage):
             return True  # nothing hidden to keep
         answered = {result.call_id for result in turn[-1].content}
         client_ids = [call.id for call in turn[-2].content if call.id not in answered]  # type: ignore[union-attr]
-        continuation = Continuation(turn=list(turn), reasoning=reasoning, grounding=grounding)
+        continuation = Continuation(turn=list(turn), reasoning=reasoning, grounding=grounding,
+                                    issued=issued_in(turn, run.issued_calls))
+        owner = run.request.owner
         try:
             await self.continuations.put([self._key(i, owner) for i in client_ids], continuation)
         except StoreUnavailable:  # the store reports its outage once; the client still gets its calls, and Finished says so

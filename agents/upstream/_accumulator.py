@@ -27,7 +27,8 @@ from duet import _wire_json as wire_json
 from duet.agents._errors import UpstreamConnectionError, UpstreamError, UpstreamProtocolError
 from duet.agents._model_reasoning import ReasoningField, details_text, merge_details
 from duet.agents._text_parts import TextParts
-from duet.agents._thinking import ReasoningText
+from duet.agents._thinking import OPEN_TAG, ReasoningText, strip_think_blocks
+from duet.agents._upstream_calls import UpstreamCall
 from duet.agents.upstream._errors import error_object
 from duet.agents.upstream._result import UpstreamResult, build_result
 
@@ -36,6 +37,31 @@ JOINED_CHARS = 4096
 """The most text one piece joins from the chunks of one read (chunks, characters): the agents' event
 channel is bounded in events (:data:`~duet.agents.pipeline._stream.MAX_BUFFERED_EVENTS`), so the text a piece
 may carry bounds what a client that stops reading leaves buffered."""
+
+
+FAILED_FINISHES = {"error": "the upstream reported an error", "network_error": "the model's inference failed"}
+"""Finish reasons that say the answer failed (OpenRouter's ``error``, Zhipu's ``network_error``), with
+what they mean when no error object comes with them."""
+
+
+def content_chunks(parts: Any, reasoning: str | None = None) -> tuple[str, str]:
+    """Content sent as a list of typed chunks (Mistral's Magistral models): its thinking (after
+    ``reasoning``, the delta's own) and its text.
+
+    >>> content_chunks([{"type": "thinking", "thinking": [{"type": "text", "text": "Hm."}]}, {"type": "text", "text": "Hi"}])
+    ('Hm.', 'Hi')
+    """
+    thought: list[str] = [reasoning] if reasoning else []
+    text: list[str] = []
+    for part in parts if isinstance(parts, list) else ():
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "thinking":
+            inner = part.get("thinking")
+            thought.append(inner if isinstance(inner, str) else content_chunks(inner)[1])
+        elif isinstance(part.get("text"), str):
+            text.append(part["text"])
+    return "".join(thought), "".join(text)
 
 
 def _hand_on(pieces: list[str], pending: list[str], kind: type[str]) -> None:
@@ -56,16 +82,19 @@ class ToolCallBuilder:
     FunctionCall(id='call_1', arguments='{"city": "Oslo"}', name='weather')
     """
 
-    __slots__ = ("id", "name", "arguments")
+    __slots__ = ("id", "name", "arguments", "extra")
 
     def __init__(self) -> None:
         self.id = ""
         self.name = ""
         self.arguments: list[str] = []
+        self.extra: dict[str, Any] | None = None
 
     def add(self, delta: Mapping[str, Any]) -> None:
         if delta.get("id") and not self.id:
             self.id = delta["id"]
+        if not delta.keys() <= _CALL_KEYS:  # provider fields beside the call's own
+            self._keep_extra(delta)
         function = delta.get("function") or {}
         name = function.get("name")
         # Some servers repeat the full name in every delta, others split it: only append new text.
@@ -75,8 +104,23 @@ class ToolCallBuilder:
         if arguments:  # a string, or (some servers) the arguments as an object
             self.arguments.append(arguments if isinstance(arguments, str) else json.dumps(arguments))
 
+    def _keep_extra(self, delta: Mapping[str, Any]) -> None:
+        """Provider fields of the call (Gemini's ``extra_content``), kept to be sent back as they came."""
+        for key, value in delta.items():
+            if key not in _CALL_KEYS and value is not None:
+                if self.extra is None:
+                    self.extra = {}
+                self.extra[key] = value
+
     def build(self) -> FunctionCall:
-        return FunctionCall(id=self.id, name=self.name, arguments="".join(self.arguments) or "{}")
+        arguments = "".join(self.arguments) or "{}"
+        if self.extra:
+            return UpstreamCall(id=self.id, name=self.name, arguments=arguments, extra=self.extra)
+        return FunctionCall(id=self.id, name=self.name, arguments=arguments)
+
+
+_CALL_KEYS = frozenset(("index", "id", "type", "function"))
+"""The fields of a tool call (or of its delta) in OpenAI's format; any other is a provider's."""
 
 
 class StreamAccumulator:
@@ -156,11 +200,14 @@ class StreamAccumulator:
             self.answered = True
             choice = choices[0]
             if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+                self._finishes(chunk, choice)  # a failed finish ends the stream: nothing after it is read
             delta = choice.get("delta") or {}
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if delta.get("reasoning_details"):
                 reasoning = self._take_details(delta["reasoning_details"], reasoning)
+            text = delta.get("content")
+            if text.__class__ is list:  # Mistral's Magistral: a list of thinking and text chunks
+                reasoning, text = content_chunks(text, reasoning)
             if reasoning:
                 self._thought.append(reasoning)
                 if pending_kind is not ReasoningText:  # reasoning begins, or answer text came before it
@@ -168,7 +215,6 @@ class StreamAccumulator:
                     pending_kind, pending_size = ReasoningText, 0
                 pending.append(reasoning)
                 pending_size += len(reasoning)
-            text = delta.get("content")
             if text:
                 self._content.append(text)
                 if pending_kind is not str:  # reasoning before: a piece of its own
@@ -189,6 +235,22 @@ class StreamAccumulator:
         self._pending_kind, self._joined_limit = pending_kind, limit
         self.awaiting_first_token = limit == 1
         return pieces
+
+    def _finishes(self, chunk: dict[str, Any], choice: dict[str, Any]) -> None:
+        """A chunk that ends the answer (it has a ``finish_reason``): the usage where a server puts it
+        beside the finish (Groq's ``x_groq.usage``, Moonshot's ``choices[0].usage``), and a finish that
+        is a failure (OpenRouter's ``error`` beside ``finish_reason: "error"``, Zhipu's ``network_error``),
+        which fails the stream."""
+        finish = self.finish_reason = choice["finish_reason"]
+        if not self.usage:
+            usage = choice.get("usage") or (chunk.get("x_groq") or {}).get("usage")
+            if isinstance(usage, dict):
+                self.usage = usage
+        error = chunk.get("error")
+        if error or finish in FAILED_FINISHES:
+            where = f"failed mid-stream (finish_reason {finish!r})"
+            self.failure = error_object(error or {"message": FAILED_FINISHES.get(finish, finish)}, where, self.model)
+            self.ended = True
 
     def _not_a_chunk(self, data: bytes) -> None:
         """``[DONE]``, or an event whose data is not a JSON object (which fails the stream): the end."""
@@ -273,6 +335,12 @@ class StreamAccumulator:
             reasoning_field = "reasoning_details"
             reasoning = reasoning or details_text(details)
         text = message.get("content") or ""
+        if text.__class__ is not str:  # Magistral: thinking and text chunks
+            thought, text = content_chunks(text)  # type: ignore[arg-type]
+            if thought and not reasoning:
+                reasoning, reasoning_field = thought, "reasoning"
+        if reasoning and text.lstrip().startswith(OPEN_TAG):  # llama.cpp's deepseek-legacy: the thinking again, tagged
+            text = strip_think_blocks(text)
         calls: list[FunctionCall] = []
         for call in message.get("tool_calls") or []:
             builder = ToolCallBuilder()

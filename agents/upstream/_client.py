@@ -59,6 +59,7 @@ from duet.agents._observe import request_sent_hook, upstream_headers
 from duet.agents.upstream._accumulator import StreamAccumulator
 from duet.agents.upstream._errors import (
     describe,
+    unlisted_model,
     not_an_answer,
     read_failure,
     retry_after_seconds,
@@ -181,6 +182,10 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         self._total_usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
         self._actual_usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
         self._reasoning_field: ReasoningField | None = None
+        self.thinks_in_content: bool | None = None
+        """Whether the model writes its thinking as plain text ended by a lone ``</think>`` (a thinking
+        chat template served without a reasoning parser), as its last answers showed; ``None``: not seen
+        yet (:func:`~duet.agents._thinking.opens_thinking` guesses from the name)."""
 
     @property
     def reasoning_field(self) -> ReasoningField | None:
@@ -327,9 +332,12 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             response.release()
         return status_error(raw, response.status, response.content_type, response.headers.get("Retry-After"), self._config.model)
 
-    async def check_ready(self, timeout: float) -> None:
+    async def check_ready(self, timeout: float, models: Sequence[str] = ()) -> None:
         """Readiness: asks the upstream's ``GET /models`` with this client's headers. Returns when it
-        answers 200 within ``timeout`` seconds; raises an :class:`~duet.agents._errors.UpstreamError` otherwise."""
+        answers 200 within ``timeout`` seconds with a list that holds the model and ``models`` (others
+        configured on the same upstream), or no list it can read; raises an
+        :class:`~duet.agents._errors.UpstreamError` otherwise (:class:`~duet.agents._errors.UpstreamModelNotFound`
+        for a model it does not list)."""
         model = self._config.model
         failure: UpstreamError | None = None
         try:
@@ -337,6 +345,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 async with self._get_session().get(self._models_url, headers=self._models_headers) as response:
                     if response.status != 200:
                         failure = await self._status_error(response)
+                    else:
+                        raw = (await read_bounded(response, MAX_ERROR_BODY * 16))[0]
+                        failure = next(filter(None, (unlisted_model(raw, name) for name in (model, *models))), None)
         except TimeoutError as exc:
             forget(exc)
             failure = UpstreamTimeout(f"did not answer GET /models within {timeout:g}s", model=model)

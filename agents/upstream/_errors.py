@@ -16,11 +16,13 @@ import aiohttp
 from duet.agents._errors import (
     UpstreamConnectionError,
     UpstreamError,
+    UpstreamModelNotFound,
     UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeout,
     UpstreamUnreachable,
     error_fields,
+    model_not_found,
     upstream_error_text,
 )
 from duet.agents.upstream._sse import MAX_EVENT_BYTES, EventTooLarge
@@ -122,14 +124,17 @@ def status_error(raw: bytes, status: int, content_type: str, retry_after: str | 
         parsed = json.loads(raw)
     except ValueError:
         parsed = None
+    if isinstance(parsed, list) and parsed and isinstance(parsed[0], dict):
+        parsed = parsed[0]  # Gemini's OpenAI-compatible endpoint: an array of one error object
     error = parsed.get("error", parsed) if isinstance(parsed, dict) else None
     fields = error_fields(error, status)
-    text = upstream_error_text(raw, status)
+    text = upstream_error_text(parsed if isinstance(parsed, dict) else raw, status)
     if parsed is None and content_type == "text/html":
         text = "an HTML error page"  # a proxy's page: markup, not a message
-    return UpstreamStatusError(
-        f"answered HTTP {status}: {text}", model=model, upstream_status=status, retry_after=retry_after, **fields
-    )
+    kind = UpstreamModelNotFound if model_not_found(status, fields, text) else UpstreamStatusError
+    return kind(f"answered HTTP {status}: {text}", model=model, upstream_status=status, retry_after=retry_after, **fields)
+
+
 
 
 def error_object(error: Any, where: str, model: str) -> UpstreamStatusError:
@@ -140,6 +145,28 @@ def error_object(error: Any, where: str, model: str) -> UpstreamStatusError:
     return UpstreamStatusError(
         f"{where}: {upstream_error_text({'error': error}, status or 200)}", model=model, upstream_status=status, **fields
     )
+
+
+def unlisted_model(raw: bytes, model: str) -> UpstreamModelNotFound | None:
+    """The error of a ``GET /models`` answer (``raw``) whose list does not hold ``model``; ``None``
+    when it does, or when the answer is no list (some servers answer otherwise: nothing to check).
+    Gemini names its models ``models/<name>``.
+
+    >>> unlisted_model(b'{"data": [{"id": "models/gemini-2.5-flash"}]}', "gemini-2.5-flash") is None
+    True
+    >>> str(unlisted_model(b'{"object": "list", "data": [{"id": "llama3"}]}', "qwen3:8b"))
+    'model qwen3:8b is not among the models the upstream lists (1: llama3)'
+    """
+    try:
+        listed = json.loads(raw).get("data")
+        ids = [entry.get("id") for entry in listed if isinstance(entry, dict)]
+    except (ValueError, AttributeError, TypeError):
+        return None
+    if model in ids or f"models/{model}" in ids:
+        return None
+    shown = ", ".join(str(i) for i in ids[:10]) + (", …" if len(ids) > 10 else "")
+    return UpstreamModelNotFound(f"is not among the models the upstream lists ({len(ids)}: {shown})", model=model,
+                                 upstream_status=404, code="model_not_found")
 
 
 def not_an_answer(raw: bytes, what: str, model: str) -> UpstreamProtocolError:

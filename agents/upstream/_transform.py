@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from duet import _wire_json as wire_json
 from duet.agents._model_reasoning import DEFAULT_REASONING_FIELD, ReasonedAssistantMessage
+from duet.agents._upstream_calls import UpstreamCall
 from duet.workbenches import derived_from
 
 
@@ -48,7 +49,8 @@ def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
         if isinstance(message.content, str):
             return [{"role": "assistant", "content": message.content}]
         calls = [
-            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments},
+             **(call.extra if call.__class__ is UpstreamCall else {})}  # type: ignore[attr-defined]
             for call in message.content
         ]
         entry: dict[str, Any] = {"role": "assistant", "content": message.thought or None, "tool_calls": calls}

@@ -39,9 +39,16 @@ def answer_model(name: str) -> str:
     return next((m for m in dialect.default_models if dialect.thinks(m, {})), dialect.default_models[0])
 
 
+NEEDS: dict[str, dict[str, Any]] = {
+    # Gemini writes thought summaries only when asked (docs: thought-signatures, OpenAI compatibility).
+    "gemini": {"create_args": {"extra_body": {"google": {"thinking_config": {"include_thoughts": True}}}}},
+}
+"""What a dialect's model section needs besides its URL and model name (the providers page lists it)."""
+
+
 def config(upstream: ReplayUpstream) -> dict[str, Any]:
     def model(dialect: str, name: str) -> dict[str, Any]:
-        return {"base_url": upstream.base_url(dialect), "model": name, "max_retries": 0}
+        return {"base_url": upstream.base_url(dialect), "model": name, "max_retries": 0, **NEEDS.get(dialect, {})}
 
     pipelines = []
     for name in DIALECTS:
@@ -195,7 +202,7 @@ def guarded(check: Callable[[], list[str]]) -> list[str]:
 def usage_check(base: str, name: str, stream: bool) -> list[str]:
     """Duet's completion tokens for a text turn and a tool-result turn against what the upstream reported."""
     dialect, model = DIALECTS[name], answer_model(name)
-    thought = len(REASONING) if dialect.thinks(model, {}) else 0
+    thought = len(REASONING) if dialect.thinks(model, NEEDS.get(name, {}).get("create_args", {}).get("extra_body", {})) else 0
     history = first_turn("chat", f"Weather? {TOOL_MARK}")
     said = chat(base, f"o-{name}", stream, history)
     turns = [("text", chat(base, f"o-{name}", stream, first_turn("chat", "Weather?"))[3], len(ANSWER) + thought)]
