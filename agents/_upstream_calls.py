@@ -76,13 +76,12 @@ def to_upstream(history: Sequence[LLMMessage], issued: Mapping[str, IssuedCall])
         if isinstance(message, AssistantMessage) and isinstance(message.content, list):
             if any(call.id in issued for call in message.content):
                 message = message.model_copy(update={"content": [_as_issued(call, issued) for call in message.content]})
-        elif isinstance(message, FunctionExecutionResultMessage):
-            if any(result.call_id in issued for result in message.content):
-                results = [
-                    result.model_copy(update={"call_id": issued[result.call_id].id}) if result.call_id in issued else result
-                    for result in message.content
-                ]
-                message = message.model_copy(update={"content": results})
+        elif isinstance(message, FunctionExecutionResultMessage) and any(result.call_id in issued for result in message.content):
+            results = [
+                result.model_copy(update={"call_id": issued[result.call_id].id}) if result.call_id in issued else result
+                for result in message.content
+            ]
+            message = message.model_copy(update={"content": results})
         out.append(message)
     return out
 

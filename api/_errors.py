@@ -115,7 +115,8 @@ def upstream_api_error(exc: UpstreamError) -> APIError:
             return APIError(429, exc.message, type=exc.error_type or "rate_limit_error", code=exc.code or "rate_limit_exceeded",
                             headers=headers)
         if status == 503:  # busy (Ollama's queue is full, a provider is overloaded): the client may come back
-            headers = {"Retry-After": exc.retry_after} if exc.retry_after else None
+            headers = {"Retry-After": exc.retry_after} if exc.retry_after else {}
+            headers[SHOULD_RETRY] = "false" if exc.retries else "true"
             return APIError(503, exc.message, type="upstream_error", code="upstream_overloaded", headers=headers)
         if status in (401, 403):  # Duet's own upstream credentials: never a 401 that blames the client's key
             return APIError(502, exc.message, type="upstream_error", code="upstream_auth", headers=NO_RETRY)

@@ -336,7 +336,7 @@ class StreamAccumulator:
             reasoning = reasoning or details_text(details)
         text = message.get("content") or ""
         if text.__class__ is not str:  # Magistral: thinking and text chunks
-            thought, text = content_chunks(text)  # type: ignore[arg-type]
+            thought, text = content_chunks(text)
             if thought and not reasoning:
                 reasoning, reasoning_field = thought, "reasoning"
         if reasoning and text.lstrip().startswith(OPEN_TAG):  # llama.cpp's deepseek-legacy: the thinking again, tagged

@@ -50,7 +50,7 @@ def message_to_openai(message: LLMMessage) -> list[dict[str, Any]]:
             return [{"role": "assistant", "content": message.content}]
         calls = [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments},
-             **(call.extra if call.__class__ is UpstreamCall else {})}  # type: ignore[attr-defined]
+             **(call.extra if call.__class__ is UpstreamCall else {})}
             for call in message.content
         ]
         entry: dict[str, Any] = {"role": "assistant", "content": message.thought or None, "tool_calls": calls}
