@@ -14,9 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI
+# Run as a script, Python puts tests/ first on the path, where tests/http/ (the HTTP tests' folder)
+# would stand in for the standard library's http: this client needs nothing of tests/.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled  # noqa: E402 - after the path is mended
+from openai import AsyncOpenAI  # noqa: E402
 
 calls: list[str] = []
 

@@ -37,7 +37,7 @@ FACES: dict[str, list[str]] = {
     "duet.agents.continuations": [
         "Continuation", "ContinuationStore", "DEFAULT_OWNER", "DEFAULT_STATE_URL", "DEFAULT_STORE_TIMEOUT", "DEFAULT_TTL",
         "GuardedStore", "MemoryContinuationStore", "RedisContinuationStore", "SQLiteContinuationStore", "StoreOpenError",
-        "StoreUnavailable", "open_store", "owned", "splice", "tool_rounds",
+        "StoreUnavailable", "check_state_url", "open_store", "owned", "redacted_url", "splice", "tool_rounds",
     ],
     "duet.agents.upstream": [
         "ANSWER_MODEL_INFO", "ModelClientOptions", "OpenAICompatibleClient", "OpenAICompatibleClientConfig",
@@ -60,8 +60,8 @@ FACES: dict[str, list[str]] = {
     "duet.api.responses": ["Response", "ResponseStore", "Responses", "ResponsesRequest"],
     "duet.api.messages": ["AnthropicMessages", "ErrorBody", "Message", "MessagesRequest", "count_tokens"],
     "duet.api.observability": [
-        "Observability", "ObservedRequests", "RequestObservation", "SharedMetrics", "add_metrics_route", "configure_logging",
-        "configure_tracing", "current_observation", "flush_traces",
+        "Observability", "ObservedRequests", "RequestObservation", "SharedMetrics", "WorkerSampler", "add_metrics_route",
+        "configure_logging", "configure_tracing", "current_observation", "flush_traces",
     ],
     "duet.api.server": ["configure_process", "freeze_startup_objects", "main", "serve"],
 }
