@@ -131,18 +131,19 @@ def wait_idle(port: int, key: str = "", timeout: float = 60) -> int | None:
 STDERR_SHOWN = 4000  # characters of Duet's stderr a failed start shows (its end)
 
 
-def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.DEVNULL, command: str = DUET) -> subprocess.Popen[bytes]:
+def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.DEVNULL, command: Sequence[str] = (DUET,),
+               start_timeout: float = 30) -> subprocess.Popen[bytes]:
     """``duet serve`` on ``port`` with ``env`` over a copy of this environment without its ``DUET_*``
     variables. Without a ``log``, its stderr is kept in a temporary file and shown if it does not start.
-    ``command``: another checkout's ``duet`` (a before-and-after comparison)."""
+    ``command``: what runs ``duet`` (another checkout's, a launcher: a before-and-after comparison)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
     clean.update({"DUET_PORT": str(port), "DUET_LOG_LEVEL": "warning", **env})
     stdout = log if log is not subprocess.DEVNULL else None
     with contextlib.ExitStack() as cleanup:
         stderr = log if log is not subprocess.DEVNULL else cleanup.enter_context(tempfile.TemporaryFile())
-        duet = subprocess.Popen([command, "serve"], cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
+        duet = subprocess.Popen([*command, "serve"], cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
         try:
-            wait_up(f"http://127.0.0.1:{port}/health", process=duet)
+            wait_up(f"http://127.0.0.1:{port}/health", start_timeout, process=duet)
         except BaseException as exc:
             stop(duet)
             if not isinstance(exc, Exception) or stderr is log:
@@ -195,7 +196,8 @@ class Services:
 
 @contextlib.contextmanager
 def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
-           log: IO[str] | int = subprocess.DEVNULL, relay: bool = False, command: str = DUET) -> Iterator[Services]:
+           log: IO[str] | int = subprocess.DEVNULL, relay: bool = False, command: Sequence[str] = (DUET,),
+           start_timeout: float = 30) -> Iterator[Services]:
     """The scripted upstream (``upstream_args`` for its command line) and ``duet serve`` (``command``)
     with both stages on it and no API keys (``env`` adds or overrides ``DUET_*`` variables); with
     ``relay``, the minimal relay on the same upstream too."""
@@ -207,7 +209,7 @@ def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
         wait_up(f"{upstream_base}/models")
         duet = start_duet(port, {"DUET_REASONER_BASE_URL": upstream_base, "DUET_REASONER_MODEL": REASONER,
                                  "DUET_ANSWER_BASE_URL": upstream_base, "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": "",
-                                 **(env or {})}, log, command)
+                                 **(env or {})}, log, command, start_timeout)
         try:
             if not relay:
                 yield Services(duet, port, upstream_base, upstream)

@@ -69,10 +69,11 @@ def _bound(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def listen(host: str, port: int, reuse_port: bool = REUSE_PORT) -> socket.socket:
-    """The parent's socket on the port. With ``reuse_port`` it is bound but does not listen: it holds
-    the port for the workers' own sockets (:func:`listen_in_worker`); without, it listens, and every
-    worker serves it. Raises ``OSError`` (a port in use, a bad address)."""
+def listen(host: str, port: int, reuse_port: bool | None = None) -> socket.socket:
+    """The parent's socket on the port. With ``reuse_port`` (default :data:`REUSE_PORT`) it is bound
+    but does not listen: it holds the port for the workers' own sockets (:func:`listen_in_worker`);
+    without, it listens, and every worker serves it. Raises ``OSError`` (a port in use, a bad address)."""
+    reuse_port = REUSE_PORT if reuse_port is None else reuse_port
     sock = _bound(host, port, reuse_port)
     if not reuse_port:
         try:
