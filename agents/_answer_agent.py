@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Iterator, Sequence
+from typing import Any, AsyncGenerator, Iterator, Mapping, Sequence
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -92,7 +92,7 @@ class _AnswerTurn:
     tools: list[ToolSchema]
     tool_choice: Any  # "auto", "none", "required" or the chosen tool
     history: list[LLMMessage]  # the prompt, and the rounds of service tools so far
-    create_args: dict[str, Any]
+    create_args: Mapping[str, Any]
     reasoning: str  # the reasoner's (the model's own, after it, is labelled)
     pass_back: bool  # the model's own reasoning goes back on its tool-calling turns
     carries_reasoning: bool  # the history holds some of the model's own reasoning
@@ -121,6 +121,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
 
     component_config_schema = AnswerAgentConfig
     component_provider_override = "duet.agents.AnswerAgent"
+    _model_client: ChatCompletionClient  # always given (only the grounding agent has none)
 
     def __init__(
         self,
@@ -146,7 +147,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         instructions = [self._system_message] if self._system_message else []
         start = 0
         while start < len(conversation) and isinstance(conversation[start], SystemMessage):
-            instructions.append(conversation[start].content)  # type: ignore[union-attr]
+            instructions.append(conversation[start].content)  # type: ignore[arg-type]  # a SystemMessage's content is text
             start += 1
         if grounding:
             instructions.append(retrieved_context(grounding))
@@ -162,6 +163,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]:
         state = await self._begin(messages, run)
+        event: DuetEvent | Response
         for round_number in range(self._max_tool_rounds + 1):
             if cancellation_token.is_cancelled():
                 raise asyncio.CancelledError()
@@ -171,6 +173,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             text_parts = TextParts()
             thinking_parts = TextParts()  # the model's own reasoning in this round
             result: CreateResult | None = None
+            piece: str | CreateResult | None
             piece, stream, state.pass_back = await self._open_stream(
                 state.history, state.pass_back, state.carries_reasoning, run,
                 tools=tools, tool_choice=tool_choice, extra_create_args=state.create_args, cancellation_token=cancellation_token,
@@ -280,8 +283,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         state.turn += [self._asked(state, calls, answer, thinking_parts, result), FunctionExecutionResultMessage(content=results)]
         if client_calls:
             state.finished = True
-            for event in self._hand_off(state, client_calls, run):
-                yield event
+            for handing_off in self._hand_off(state, client_calls, run):  # the calls, then the handoff
+                yield handing_off
             return
         state.history += state.turn[-2:]
         if state.tool_choice != "none":
@@ -304,7 +307,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         names = [self._client_tool(state.workbench, call.name).client_name for call in client_calls]
         observe_client_tool_calls(run, names)
         yield ToolCallsRequested(
-            calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names)]
+            calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names, strict=True)]
         )
         yield Response(chat_message=client_handoff(self.name, client_calls, state.turn, state.total))
 

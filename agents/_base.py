@@ -154,6 +154,7 @@ class DuetAgent(BaseChatAgent):
         response: Response | None = None
         turn = self._turn(messages, run, cancellation_token)
         try:
+            item: DuetEvent | Response | None
             async for item in turn:
                 if isinstance(item, Response):
                     response = item
@@ -211,6 +212,7 @@ class DuetAgent(BaseChatAgent):
 
     def _model_stream(self, stage: Stage, run: DuetRun | None, messages: Sequence[LLMMessage], **kwargs: Any) -> Any:
         """The model client's ``create_stream(messages, **kwargs)``, told to the run's observer as a ``stage`` call."""
+        assert self._model_client is not None, "only an agent with a model client calls a model"
         stream = self._model_client.create_stream(messages, **kwargs)
         observer = observer_of(run)
         if observer is None:
@@ -227,6 +229,7 @@ class DuetAgent(BaseChatAgent):
         return run.workbench if run is not None else self._workbench
 
     def _base_config(self) -> dict[str, Any]:
+        assert self._model_client is not None, "the config of an agent with a model client"
         config: dict[str, Any] = {
             "name": self.name,
             "description": self.description,

@@ -133,6 +133,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
 
     component_config_schema = ReasoningAgentConfig
     component_provider_override = "duet.agents.ReasoningAgent"
+    _model_client: ChatCompletionClient  # always given (only the grounding agent has none)
 
     def __init__(
         self,
@@ -199,7 +200,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                     result = piece
                     break
                 reasoning, content = splitter.feed(piece)
-                piece = None  # type: ignore[assignment]  # split: not kept while the next one is awaited
+                piece = None  # split: not kept while the next one is awaited
                 if content and self._stop_after_thinking and splitter.reasoning_finished:
                     content = ""  # the thinking is complete and a draft answer begins: stop here
                     stopped = True

@@ -85,7 +85,7 @@ class DuetRun:
         now hands it), or ``None``. Taken once: from here on the agent owns it."""
         early = self._head_start
         if early is None or early.agent != agent or len(early.messages) != len(messages) \
-                or any(a is not b for a, b in zip(early.messages, messages)):
+                or any(a is not b for a, b in zip(early.messages, messages, strict=True)):
             return None
         self._head_start = None
         return early.turn
@@ -115,7 +115,7 @@ def current_run() -> DuetRun | None:
     return _current_run.get()
 
 
-class bind_run:  # noqa: N801 - used as a function: ``with bind_run(run):``
+class bind_run:  # used as a function: ``with bind_run(run):``
     """Binds ``run`` for the ``with`` block: to the calling task, and to every task created inside
     the block (start the team's runtime inside it). Unbound when the block ends, however it ends.
     (A class, not a generator: it lasts as long as the run, and a generator's frame costs more.)

@@ -63,7 +63,7 @@ class ModelSettings(ModelClientOptions):
         """The model client's config: these settings' client fields, with ``model_info`` merged over
         ``default_info`` (by default, the part's :attr:`default_model_info`)."""
         info = dict(default_info or self.default_model_info) | dict(self.model_info or {})
-        return OpenAICompatibleClientConfig(**_fields(self, ModelClientOptions), model_info=info)  # type: ignore[arg-type]
+        return OpenAICompatibleClientConfig(**_fields(self, ModelClientOptions), model_info=info)
 
     def build_client(self, default_info: ModelInfo | None = None) -> ChatCompletionClient:
         """Creates the model client (with its connection pool): once per pipeline, at startup."""

@@ -135,7 +135,7 @@ class ServiceConfig:
                                                           reasoning_output=pipeline.reasoning_output, continuations=continuations)
                 else:
                     duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations)
-            except Exception as exc:  # noqa: BLE001 - a function tool that does not import, a broken team file
+            except Exception as exc:  # a function tool that does not import, a broken team file
                 raise ConfigError(f"{self.origin_of(pipeline)}: {exc}") from exc
         return duets
 

@@ -75,7 +75,7 @@ class Batched:
         out = self._out
         if not out:
             return b""
-        self._out = []
+        self._out = []  # type: ignore[misc]  # the slot is declared by each writer class
         return out[0] if len(out) == 1 else b"".join(out)
 
 

@@ -85,7 +85,8 @@ class Parsed(Protocol):
     """What a protocol's reader makes of a body: at least the pipeline it asks for (an attribute: read
     on every request's way)."""
 
-    model: str
+    @property
+    def model(self) -> str: ...  # read-only: a reader's NamedTuple field
 
 
 P = TypeVar("P", bound=Parsed)
@@ -311,8 +312,9 @@ class Service:
     ) -> Response:
         collector = asyncio.ensure_future(source.collect())
         stopped = self.gate.stopped
+        waited: set[asyncio.Future[Any]] = {collector, disconnected, stopped}
         try:
-            await asyncio.wait({collector, disconnected, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
             client_left = disconnected.done()
         finally:
             disconnected.cancel()
@@ -394,6 +396,7 @@ class _EventSource:
     async def chunks(self) -> AsyncIterator[bytes]:
         assert self._renderer is not None and self._writer is not None
         render, take = self._renderer.render, self._writer.take
+        event: DuetEvent | None
         for event in self._first:
             render(event)
         # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.

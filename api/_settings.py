@@ -168,7 +168,7 @@ class ServiceOptions(BaseModel):
         return next((pipeline for alias, pipeline in self.model_aliases.items() if "*" in alias and fnmatchcase(model, alias)), None)
 
 
-class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
+class EnvSettings(ServiceOptions, BaseSettings):
     """Everything settable from the environment, and the service-wide options resolved.
 
     Each field is taken from the first source that sets it: the arguments given (``duet serve``
@@ -239,7 +239,7 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
             reasoning_output=self.reasoning_output,
             reasoner=reasoner,
             answer=AnswerSettings(base_url=self.answer_base_url, model=self.answer_model, api_key_env=KEY_VARIABLES["answer"]),
-            tools=ToolsSettings(functions=functions),  # type: ignore[arg-type]
+            tools=ToolsSettings(functions=functions),
             grounding=GroundingSettings(tools=grounding_tools) if grounding_tools else None,
         )
 
@@ -255,7 +255,7 @@ class TeamPipelineSettings(BaseModel):
 
 
 def _pipeline_kind(value: Any) -> str:
-    has_team = isinstance(value, dict) and "team_file" in value or isinstance(value, TeamPipelineSettings)
+    has_team = (isinstance(value, dict) and "team_file" in value) or isinstance(value, TeamPipelineSettings)
     return "team" if has_team else "models"
 
 

@@ -108,7 +108,7 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]],
             rounds[name].append({"ttft_ms": ttft[name], **await measure_server(args, pid, url)})
         rounds["direct"].append({"ttft_ms": ttft["direct"], **await measure_direct(args, upstream)})
     for name in servers:  # over the direct TTFT of the same round: the two were measured in the same seconds
-        for figures, direct in zip(rounds[name], rounds["direct"]):
+        for figures, direct in zip(rounds[name], rounds["direct"], strict=True):
             figures["ttft_overhead_ms"] = figures["ttft_ms"] - direct["ttft_ms"]
     results = {name: {key: median([r[key] for r in runs]) for key in runs[0]} for name, runs in rounds.items()}
     for name, (pid, _) in servers.items():
@@ -117,7 +117,7 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]],
     # Each round's TTFT ratio on its own: the spread behind the ratio of the medians in the table.
     results["ttft_overhead_ratio_by_round"] = {
         str(index + 1): ratio(duet["ttft_overhead_ms"], relay["ttft_overhead_ms"])
-        for index, (duet, relay) in enumerate(zip(rounds["duet"], rounds["relay"]))
+        for index, (duet, relay) in enumerate(zip(rounds["duet"], rounds["relay"], strict=True))
     }
     return results
 

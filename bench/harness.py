@@ -75,7 +75,7 @@ async def stream_once(session: aiohttp.ClientSession, url: str, body: dict[str, 
     async with session.post(url, json=body) as response:
         assert response.status == 200, await response.text()
         async for line in response.content:
-            if not first and (b'"reasoning_content"' in line or b'"content":"' in line and b'"content":""' not in line
+            if not first and (b'"reasoning_content"' in line or (b'"content":"' in line and b'"content":""' not in line)
                               or b'"tool_calls"' in line):
                 first = time.perf_counter() - start
     return first, time.perf_counter() - start

@@ -44,7 +44,7 @@ async def slow_lookup(query: str) -> str:
 async def frozen_lookup(query: str) -> str:
     """Looks something up while holding the event loop (CPU-bound work, or a server too busy to read
     its connections): a client that hangs up meanwhile is read only after it returns."""
-    time.sleep(0.5)
+    time.sleep(0.5)  # noqa: ASYNC251 - holds the event loop on purpose
     return f"found {query}"
 
 

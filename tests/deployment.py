@@ -1,6 +1,7 @@
 """Real deployments on loopback, for the tests and the benchmarks: Redis (``redis-server``), Redis
-Sentinel (``redis-server --sentinel``), HAProxy serving ``deploy/haproxy.cfg`` as shipped (only its
-addresses and socket path changed), and the mixed tool rounds their clients send.
+Sentinel (``redis-server --sentinel``), HAProxy serving ``deploy/haproxy/haproxy.cfg`` as shipped (its
+addresses changed; a stats socket and an ``X-Served-By`` header added to watch it), and the mixed tool
+rounds their clients send.
 
 Every process is started here and stopped by its PID; every wait has a bound."""
 
@@ -22,7 +23,7 @@ import httpx
 from tests.conftest import REASONER, ROOT, free_port, sse_events, stop_process, tool, wait_for_port
 from tests.scripted_upstream import Reply, ScriptedCall
 
-SHIPPED_HAPROXY = ROOT / "deploy" / "haproxy.cfg"
+SHIPPED_HAPROXY = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 QUESTION = [{"role": "user", "content": "Who is a@b.c?"}]
 NOTIFY = tool("notify_user", "Shows a notification in the client app.", {"message": {"type": "string"}})
 LOOKUP = "tests.service_tools_fixtures:lookup_customer"
@@ -195,13 +196,15 @@ class Sentinels:
 
 
 def shipped_haproxy_config(port: int, servers: list[int], stats_socket: Path) -> str:
-    """``deploy/haproxy.cfg`` as shipped, with only its addresses and its stats socket changed."""
+    """``deploy/haproxy/haproxy.cfg`` as shipped, its addresses changed, with what the tests watch it
+    by: a stats socket (each server's state) and ``X-Served-By`` (the server that answered)."""
     text = SHIPPED_HAPROXY.read_text()
     text, binds = re.subn(r"(?m)^(\s*bind )\S+", rf"\g<1>127.0.0.1:{port}", text)
-    text, sockets = re.subn(r"(?m)^(\s*stats socket )\S+", rf"\g<1>{stats_socket}", text)
-    lines = [f"    server duet-{index + 1} 127.0.0.1:{server_port}" for index, server_port in enumerate(servers)]
-    text, shipped_servers = re.subn(r"(?m)^\s*server duet-\d+ \S+\n?", "", text)
-    assert (binds, sockets) == (1, 1) and shipped_servers >= 1, "deploy/haproxy.cfg changed shape: update this helper"
+    text, globals_ = re.subn(r"(?m)^global\n", f"global\n    stats socket {stats_socket} mode 600 level user\n", text)
+    text, shipped_servers = re.subn(r"(?m)^\s*server duet-\d+ \S+.*\n?", "", text)
+    assert (binds, globals_) == (1, 1) and shipped_servers >= 1, "deploy/haproxy/haproxy.cfg changed shape: update this helper"
+    lines = ["    http-response set-header X-Served-By %[srv_name]"]
+    lines += [f"    server duet-{index + 1} 127.0.0.1:{server_port}" for index, server_port in enumerate(servers)]
     return text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
 
 

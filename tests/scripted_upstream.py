@@ -298,10 +298,9 @@ class ScriptedUpstream:
             writer.transport.abort()
             return False
         try:
-            if reply.delay:
-                if await _closed_within(reader, reply.delay):
-                    record.aborted = True
-                    return False
+            if reply.delay and await _closed_within(reader, reply.delay):
+                record.aborted = True
+                return False
             if reply.hold is not None and await _held(reader, reply.hold):
                 record.aborted = True
                 return False

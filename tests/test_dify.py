@@ -86,9 +86,9 @@ def test_validate_credentials(dify: Dify, upstream: ScriptedUpstream) -> None:
 
 
 def test_validate_credentials_rejects_a_wrong_key_or_model(dify: Dify) -> None:
-    with pytest.raises(DifyError, match="CredentialsValidateFailedError.*401"):
+    with pytest.raises(DifyError, match=r"CredentialsValidateFailedError.*401"):
         dify.validate(api_key="wrong")
-    with pytest.raises(DifyError, match="CredentialsValidateFailedError.*model_not_found"):
+    with pytest.raises(DifyError, match=r"CredentialsValidateFailedError.*model_not_found"):
         dify.validate("no-such-model")
 
 
@@ -169,7 +169,7 @@ def test_think_output_mode_for_dify(dify: Dify, upstream: ScriptedUpstream) -> N
 
 def test_mid_stream_failure_surfaces_as_an_error(dify: Dify, upstream: ScriptedUpstream) -> None:
     upstream.script(ANSWER, Reply(content=["partial ", "answer"], fault="disconnect", fault_after=2))
-    with pytest.raises(DifyError, match="broke off the stream|ended the stream"):
+    with pytest.raises(DifyError, match=r"broke off the stream|ended the stream"):
         dify.invoke([{"role": "user", "content": "q"}])
 
 

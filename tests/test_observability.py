@@ -310,7 +310,7 @@ class OTLPReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 body = self.rfile.read(int(self.headers["content-length"]))
                 export = ExportTraceServiceRequest()
                 export.ParseFromString(body)
@@ -441,7 +441,7 @@ def test_two_workers_metrics_are_added_up_and_lines_name_the_worker(upstream: Sc
                 response = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER},
                                      headers={**server.key_header, "X-Request-ID": f"w{pid}-{index}"})
                 assert response.status_code == 200
-        for pid, http in clients.items():  # every worker answers with the sum of both
+        for _pid, http in clients.items():  # every worker answers with the sum of both
             body = http.get("/metrics", headers=server.key_header)
             assert Scrape(body.text).value("duet_requests_total", pipeline="duet", status="200") == 5
             assert Scrape(body.text).value("duet_tokens_total", stage="answer", direction="output") == 10
@@ -512,7 +512,7 @@ def test_a_worker_killed_mid_request_keeps_its_counts_and_leaves_nothing_in_flig
     server = start(upstream, tmp_path, {"DUET_API_KEYS": ""}, ("--workers", "2"))
     try:
         clients = pinned_clients(server)
-        (victim, doomed), (survivor, http) = clients.items()
+        (victim, doomed), (_survivor, http) = clients.items()
         assert doomed.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 200
         upstream.script(ANSWER, Reply(content=["late"], delay=60))
         def hang() -> None:

@@ -251,7 +251,7 @@ def test_sdk_stream_reports_a_failed_response(sdk: openai.OpenAI, upstream: Scri
     upstream.script(ANSWER, Reply(content=["one ", "two"], fault="disconnect", fault_after=1))
     with sdk.responses.stream(model="duet", input="hi") as stream:
         kinds = [event.type for event in stream]
-        with pytest.raises(RuntimeError, match="response.completed"):
+        with pytest.raises(RuntimeError, match=r"response.completed"):
             stream.get_final_response()
     assert kinds[-1] == "response.failed"
 

@@ -37,7 +37,7 @@ def answer_from_results(body: dict[str, Any]) -> Reply:
 class WeatherHandler(BaseHTTPRequestHandler):
     """The loopback HTTP service behind the HTTP tool."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         url = urlsplit(self.path)
         city = url.path.rsplit("/", 1)[-1]
         units = parse_qs(url.query).get("units", ["metric"])[0]

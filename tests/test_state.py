@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from tests.conftest import ANSWER, REASONER, DuetServer, free_port, stop_process, wait_for_port
-from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.test_responses import sse
 from tests.test_service_tools import NOTIFY, QUESTION, answer_from_results, assert_whole_round_restored, follow_up, mixed_round
 

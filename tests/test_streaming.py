@@ -73,7 +73,7 @@ def test_stream_framing_matches_the_dify_contract(http: httpx.Client, upstream: 
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     for delta in deltas[1:]:
         assert not ("reasoning_content" in delta and "content" in delta), delta
-        assert delta.get("reasoning_content", "x") != "" and delta.get("content", "x") != "" or delta == {}
+        assert (delta.get("reasoning_content", "x") != "" and delta.get("content", "x") != "") or delta == {}
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert finishes == ["stop"]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0

@@ -311,7 +311,7 @@ def _entry(name: str = "kb.search", minimum: int = 1) -> dict[str, Any]:
 def test_equal_tool_entries_give_one_tool_and_one_encoding() -> None:
     first = proxy_tools_from_openai([_entry(), _entry("other")])
     again = proxy_tools_from_openai([_entry(), _entry("other")])  # equal content, new objects (a new request)
-    assert [a is b for a, b in zip(first, again)] == [True, True]
+    assert [a is b for a, b in zip(first, again, strict=True)] == [True, True]
     assert tools_json([t.schema for t in first]) is not None
     encoded = derived_from(first[0].schema, "openai_json", lambda s: "derived again")
     assert encoded == json.dumps(tool_to_openai(first[0].schema), ensure_ascii=False)  # derived once, by tools_json
@@ -339,7 +339,7 @@ def test_a_tool_list_seen_before_gives_its_tools_and_a_changed_list_keeps_its_un
     with monkeypatch.context() as patch:  # a list seen before is not read tool by tool
         patch.setattr(tool_schemas._tools, "get_or_make", lambda *_: pytest.fail("looked at one tool"))
         again = proxy_tools_from_openai(json.loads(json.dumps([_entry("list_a"), _entry("list_b")])))  # the next request's body
-    assert [a is b for a, b in zip(first, again)] == [True, True]
+    assert [a is b for a, b in zip(first, again, strict=True)] == [True, True]
     changed = proxy_tools_from_openai([_entry("list_a"), _entry("list_b", minimum=5)])
     assert changed[0] is first[0] and changed[1] is not first[1]
     assert changed[1].schema["parameters"]["properties"]["top"]["minimum"] == 5
@@ -379,7 +379,7 @@ def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
     bad = _entry("checked_once")
     bad["function"]["parameters"]["type"] = "string"
     for _ in range(2):  # an invalid list is never kept
-        with pytest.raises(ValidationError, match="tools.1.function.parameters"):
+        with pytest.raises(ValidationError, match=r"tools.1.function.parameters"):
             request(_entry("checked_too"), bad)
     assert request(_entry("checked_once"), _entry("checked_too"))[0].tools is first.tools
 
@@ -456,7 +456,7 @@ def test_clients_of_one_upstream_share_one_connection() -> None:
         await reasoner.close()
         await answerer.close()
         deadline = time.monotonic() + 5
-        while upstream.open_connections and time.monotonic() < deadline:
+        while upstream.open_connections and time.monotonic() < deadline:  # noqa: ASYNC110 - the upstream's count has no event
             await asyncio.sleep(0.02)
         return used, upstream.open_connections
 
@@ -577,7 +577,6 @@ def test_duets_team_draws_no_subscription_id_and_a_lean_runtime_caches_no_recipi
     the same, a subscription added twice is refused, and one removed by its id no longer delivers."""
     from autogen_core import TypePrefixSubscription
 
-    from duet.agents.runtime._subscriptions import LeanTypePrefixSubscription, LeanTypeSubscription
 
     runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
     assert asyncio.run(_run_a_team_on(runtime, duet_team=True)) == ["user", "first", "second"]

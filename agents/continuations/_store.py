@@ -96,7 +96,7 @@ class ContinuationStore(abc.ABC):
 
     async def ping(self) -> None:
         """Raises when the store cannot be reached (readiness checks call it)."""
-        return None
+        return
 
     @property
     def available(self) -> bool:

@@ -267,7 +267,7 @@ class Duet:
                 run.emit(Failed(message="the run was cancelled", error=exc))  # ends the stream of whoever still reads it
                 if not token.is_cancelled():
                     raise
-            except Exception as exc:  # an agent already reported its own failure; this covers the rest
+            except Exception as exc:  # noqa: BLE001 - an agent already reported its own failure; this covers the rest
                 run.emit(Failed(message=str(exc), error=exc))
             finally:
                 await run.drop_head_start()  # a turn started ahead that the team never reached

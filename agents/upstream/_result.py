@@ -72,7 +72,7 @@ def build_result(
             **reasoning_extras,
         )
     return UpstreamResult(
-        finish_reason=FINISH_REASONS.get(finish_reason or "", "unknown"),  # type: ignore[arg-type]
+        finish_reason=FINISH_REASONS.get(finish_reason or "", "unknown"),
         content=text,
         usage=request_usage,
         cached=False,

@@ -13,19 +13,14 @@ holds it equal to these models.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     StringConstraints,
-    ValidatorFunctionWrapHandler,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -42,7 +37,6 @@ from duet.api._wire import (
     WireFinishReason,
     validated_once,
 )
-from duet.workbenches import ContentCache, content_key, json_schema_problem, parameters_problem
 
 
 class ToolDefinition(LenientModel):

@@ -131,7 +131,7 @@ def chat_messages_of(request: MessagesRequest) -> list[dict[str, Any]]:
         param = f"messages.{index}"
         role = message.get("role")
         content = message.get("content")
-        if isinstance(content, list) and not content or content is None:
+        if (isinstance(content, list) and not content) or content is None:
             raise APIError(400, f"{param}.content: a message needs content", param=f"{param}.content")
         if role == "user":
             out += _user_turn(content, f"{param}.content")

@@ -10,6 +10,7 @@ The shapes are :mod:`duet.api.messages._protocol`'s models; a unit test holds th
 
 from __future__ import annotations
 
+from typing import Any
 
 from duet._wire_json import dumps as _json
 from duet.agents import ToolCall
@@ -50,7 +51,7 @@ class MessageStreamWriter(Batched):
 
 
     def start(self) -> None:
-        message = {"id": self._message_id, "type": "message", "role": "assistant", "model": self._model, "content": [],
+        message: dict[str, Any] = {"id": self._message_id, "type": "message", "role": "assistant", "model": self._model, "content": [],
                    "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
         self._out.append(b"event: message_start\ndata: " + _json({"type": "message_start", "message": message}) + b"\n\n")
 

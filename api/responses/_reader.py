@@ -280,7 +280,7 @@ def messages_from_items(items: Sequence[Any], instructions: str | None, origins:
     out = _Messages()
     if instructions:
         out.add({"role": "system", "content": instructions}, "instructions")
-    for item, param in zip(items, origins):
+    for item, param in zip(items, origins, strict=True):
         if not isinstance(item, Mapping):
             raise APIError(400, f"{param}: each input item must be an object", param=param, code="invalid_request")
         kind = _kind_of(item, param, "message" if "role" in item else None)

@@ -319,7 +319,7 @@ def _tell(gone: asyncio.Future[None], then: Callable[[], object] | None) -> None
     if then is not None:
         try:
             then()
-        except Exception:  # noqa: BLE001 - in the server's own callback: logged, never raised into the protocol
+        except Exception:  # in the server's own callback: logged, never raised into the protocol
             logger.exception("a disconnect callback failed")
     gone.set_result(None)
 
@@ -381,7 +381,8 @@ class EdgeServer(uvicorn.Server):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         state = self.server_state
-        while (state.tasks or state.connections) and not self.force_exit and loop.time() < deadline:
+        # uvicorn's server state has no event to wait on (uvicorn polls it too).
+        while (state.tasks or state.connections) and not self.force_exit and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         return not (state.tasks or state.connections)
 
