@@ -126,7 +126,7 @@ class WorkerSampler:
                 await self._ping_store()
             try:
                 self.sample()
-            except Exception:  # noqa: BLE001 - a gauge that cannot be sampled is no reason to stop the others
+            except Exception:  # a gauge that cannot be sampled is no reason to stop the others
                 logger.exception("sampling the worker's metrics failed")
 
     async def _ping_store(self) -> None:

@@ -130,11 +130,11 @@ def run_the_outage(replicas: list[DuetServer], balancer: Balancer, redis: RedisS
         killed_at = time.monotonic()
         # Both replicas find out (a tool round's store call, or their own ping) and say so, still ready.
         for replica in replicas:
-            wait_until(lambda: replica.health()["status"] == "degraded", 15, "the replica reports degraded")  # noqa: B023
+            wait_until(lambda: replica.health()["status"] == "degraded", 15, "the replica reports degraded")
             health = httpx.get(f"{replica.base_url}/health/ready", timeout=5)
             assert health.status_code == 200
             assert set(health.json()["degraded"]) == {"state_store"} and health.json()["checks"]["state_store"] != "ok"
-            wait_until(lambda: store_up(replica) == 0, 5, "duet_store_up 0")  # noqa: B023
+            wait_until(lambda: store_up(replica) == 0, 5, "duet_store_up 0")
         # Traffic goes on through the balancer, whose checks (every 2 s, two failures take a replica out) keep both in.
         outage_states: list[dict[str, str]] = []
 
@@ -148,8 +148,8 @@ def run_the_outage(replicas: list[DuetServer], balancer: Balancer, redis: RedisS
 
         restarted.append(RedisServer(redis.directory, redis.port))  # back where it was (empty: it kept nothing)
         for replica in replicas:
-            wait_until(lambda: replica.health()["status"] == "ready", 20, "the replica reports ready")  # noqa: B023
-            wait_until(lambda: store_up(replica) == 1, 10, "duet_store_up 1")  # noqa: B023
+            wait_until(lambda: replica.health()["status"] == "ready", 20, "the replica reports ready")
+            wait_until(lambda: store_up(replica) == 1, 10, "duet_store_up 1")
         recovered_at = time.monotonic()
         wait_until(lambda: load.count_after(recovered_at) >= 2 * CLIENTS, 60, "conversations after the outage")
     finally:
