@@ -35,10 +35,11 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]" -r requirements-studio.txt
 	# AutoGen Studio declares autogen < 0.6 but runs with 0.7.5: installed last, without its pins.
 	$(PIP) install -q --no-deps autogenstudio==0.4.2.2
-	# Debian's Redis (the shared state store), HAProxy (the replicas' load balancer), docker-compose
-	# (`docker-compose config` checks docker-compose.yml; no engine runs) and Prometheus (its promtool
-	# checks deploy/prometheus): the tests run them. kubectl (tests/deploy) comes with the machine image.
-	scripts/ensure-packages redis-server=redis-server haproxy=haproxy docker-compose=docker-compose promtool=prometheus
+	# Debian's Redis and Redis Sentinel (the shared state store, highly available), HAProxy (the replicas'
+	# load balancer), docker-compose (`docker-compose config` checks docker-compose.yml; no engine runs)
+	# and Prometheus (its promtool checks deploy/prometheus): the tests run them. kubectl (tests/deploy)
+	# comes with the machine image.
+	scripts/ensure-packages redis-server=redis-server redis-sentinel=redis-sentinel haproxy=haproxy docker-compose=docker-compose promtool=prometheus
 	scripts/ensure-codex $(VENV)/node
 	scripts/ensure-claude-code $(VENV)/claude-code
 	scripts/ensure-ai-sdk $(VENV)/ai-sdk

@@ -28,7 +28,7 @@ from duet.api._errors import install_error_handlers, install_secret_masking
 from duet.api._health import Readiness
 from duet.api._limits import RequestGate
 from duet.api.responses import Responses, ResponseStore
-from duet.api.observability import Observability, ObservedRequests, add_metrics_route, flush_traces
+from duet.api.observability import Observability, ObservedRequests, WorkerSampler, add_metrics_route, flush_traces
 from duet.api._openapi import add_protocol_paths
 from duet.api._routes import add_routes, as_asgi, error_shapes
 from duet.api._serving import UNSAVED_HEADER, Service
@@ -159,21 +159,27 @@ def _check_aliases(options: ServiceOptions, pipelines: dict[str, Duet]) -> None:
 
 
 def _lifespan(pipelines: dict[str, Duet], continuations: ContinuationStore, options: ServiceOptions, gate: RequestGate, *,
-              auth_enabled: bool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+              auth_enabled: bool, observability: Observability) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """The app's lifespan: the pipelines opened (their MCP servers started) and the service made; at the
     end the pipelines, the shared MCP servers and the store closed, and the last spans sent."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sampler = None
         try:
             for duet in pipelines.values():
                 await duet.open()  # MCP servers start here; one that cannot start stops the service
-            app.state.service = Service(pipelines, options, gate)
+            app.state.service = service = Service(pipelines, options, gate)
+            if observability.metrics is not None:
+                sampler = WorkerSampler(observability.metrics, gate, continuations, lambda: service.in_flight)
+                sampler.start()
             if not auth_enabled:
                 logger.warning("DUET_API_KEYS is empty: the endpoint accepts requests without an API key")
             logger.info("serving %s", ", ".join(pipelines))
             yield
         finally:
+            if sampler is not None:
+                await sampler.stop()
             await asyncio.gather(*(duet.close() for duet in pipelines.values()), return_exceptions=True)
             await stop_shared_servers()
             await continuations.close()
@@ -198,7 +204,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     _check_aliases(options, pipelines)
     gate = RequestGate(options)
     readiness = Readiness(pipelines, continuations, options)
-    lifespan = _lifespan(pipelines, continuations, options, gate, auth_enabled=auth.enabled)
+    observability = Observability(options.metrics)
+    lifespan = _lifespan(pipelines, continuations, options, gate, auth_enabled=auth.enabled, observability=observability)
     # The API's schema and its pages describe the whole surface: served only when asked for.
     docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = DuetApp(title="Duet", summary="A reasoning model and an answer model behind one OpenAI-compatible endpoint.",
@@ -214,7 +221,6 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                                  responses=Responses(ResponseStore(continuations), refuse_when_store_down=options.store_outage == "refuse"))
     if options.metrics:
         add_metrics_route(app, auth, options.metrics_open)
-    observability = Observability(options.metrics)
     app.add_middleware(ObservedRequests, hub=observability)  # request ids, metrics, spans, the log line
     app.add_middleware(_WithoutTrailingSlash)  # added last: runs first, before CORS and routing
     if not options.cors_origins:  # CORS answers preflights and adds headers: with it, every request takes the whole stack

@@ -1,12 +1,17 @@
-"""Readiness: may this replica take traffic? Pipelines built, MCP servers up, the state store
-reachable and, when asked for, every distinct upstream answering (cached: probes cost the
-upstream a request)."""
+"""Readiness: may this replica take traffic?
+
+Not ready (503) means it cannot serve any request: the pipelines are not built (starting, shutting
+down), an MCP server is down, or (when asked for) an upstream does not answer (cached: probes cost
+the upstream a request). Degraded (200) means it serves with less: the state store does not answer,
+so tool rounds go on without their hidden part and Responses are not stored. A store outage is
+shared by every replica: were it "not ready", the load balancer would take them all out at once."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
 
 from duet.agents import Duet
 from duet.agents.continuations import ContinuationStore
@@ -22,8 +27,26 @@ def _failure(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+ReadinessStatus = Literal["ready", "degraded", "not_ready"]
+
+
+@dataclass(frozen=True)
+class ReadinessReport:
+    """What the checks found: each check ``"ok"`` or why not; ``degraded``: what serves with less, and why."""
+
+    ready: bool
+    checks: dict[str, Any]
+    degraded: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def status(self) -> ReadinessStatus:
+        if not self.ready:
+            return "not_ready"
+        return "degraded" if self.degraded else "ready"
+
+
 class Readiness:
-    """Runs the readiness checks; ``check()`` returns ``(ready, checks)``, each check ``"ok"`` or why not."""
+    """Runs the readiness checks (:meth:`check`)."""
 
     def __init__(self, pipelines: Mapping[str, Duet], store: ContinuationStore, options: ServiceOptions) -> None:
         self._pipelines = pipelines
@@ -34,7 +57,7 @@ class Readiness:
         self._upstreams_checked_at = -UPSTREAM_CACHE_SECONDS
         self._upstream_probe: asyncio.Future[dict[str, str]] | None = None
 
-    async def check(self, serving: str) -> tuple[bool, dict[str, Any]]:
+    async def check(self, serving: str) -> ReadinessReport:
         """``serving``: ``"ok"`` once the pipelines are built, else what the service is doing."""
         checks: dict[str, Any] = {"pipelines": serving}
         down = {f"{pipeline}/{server}": info["status"] for pipeline, duet in self._pipelines.items()
@@ -43,7 +66,7 @@ class Readiness:
         try:
             await asyncio.wait_for(self._store.ping(), self._timeout)
             checks["state_store"] = "ok"
-        except Exception as exc:  # noqa: BLE001 - any failure means not ready; the reason is the detail
+        except Exception as exc:  # noqa: BLE001 - any failure degrades; the reason is the detail
             checks["state_store"] = _failure(exc)
         if self._probe_upstreams:
             upstreams = await self._upstream_states()
@@ -51,8 +74,8 @@ class Readiness:
             upstreams_ok = all(state == "ok" for state in upstreams.values())
         else:
             upstreams_ok = True
-        ready = serving == "ok" and not down and checks["state_store"] == "ok" and upstreams_ok
-        return ready, checks
+        degraded = {} if checks["state_store"] == "ok" else {"state_store": checks["state_store"]}
+        return ReadinessReport(serving == "ok" and not down and upstreams_ok, checks, degraded)
 
     async def _upstream_states(self) -> dict[str, str]:
         """Each distinct upstream's answer to its readiness probe, at most one probe round per

@@ -135,18 +135,21 @@ def ready_endpoint(auth: BearerAuth, readiness: Readiness, gate: RequestGate,
     """``/health/ready``: 503 while this replica should get no traffic."""
 
     async def ready(request: Request) -> JSONResponse:
-        """Readiness: 503 while this replica should get no traffic. Which check failed, and the
-        service's counters, only for a valid key (an open endpoint: only for clients on this machine)."""
+        """Readiness: 503 while this replica cannot serve; 200 ``degraded`` while it serves with less
+        (the state store out). Which check failed, and the service's counters, only for a valid key
+        (an open endpoint: only for clients on this machine)."""
         svc: Service | None = getattr(request.app.state, "service", None)
-        is_ready, checks = await readiness.check("shutting down" if gate.draining else "ok" if svc is not None else "starting")
-        body: dict[str, Any] = {"status": "ready" if is_ready else "not_ready"}
+        report = await readiness.check("shutting down" if gate.draining else "ok" if svc is not None else "starting")
+        body: dict[str, Any] = {"status": report.status}
         if auth.may_see_details(request):
-            body["checks"] = checks
+            body["checks"] = report.checks
+            if report.degraded:
+                body["degraded"] = report.degraded
             body["pipelines"] = list(pipelines)
             body["in_flight"] = svc.in_flight if svc is not None else 0
             body["tasks"] = len(asyncio.all_tasks())
             body["pid"] = os.getpid()  # which worker answered (duet serve --workers)
             body["mcp_servers"] = {name: status for name, duet in pipelines.items() if (status := duet.services.status())}
-        return JSONResponse(body, status_code=200 if is_ready else 503)
+        return JSONResponse(body, status_code=200 if report.ready else 503)
 
     return ready

@@ -3,6 +3,7 @@ YAML file, in that order of precedence (pydantic-settings sources, see :class:`E
 
 from __future__ import annotations
 
+import difflib
 import os
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -16,7 +17,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from duet.agents import DuetError
 from duet.agents import AnswerSettings, GroundingSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
-from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT
+from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT, check_state_url, redacted_url
 from duet.agents import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
 from duet.workbenches import ToolsSettings
 
@@ -97,7 +98,7 @@ class ServiceOptions(BaseModel):
         1, ge=1, description="Server processes on the one port: a number, or auto (the cores Duet may use). More than one needs a shared state_url (SQLite or Redis); the limits below hold per process."
     )
     ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
-    state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path, redis://host:port/db or memory:// (one process only).")
+    state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path, redis://host:port/db (rediss:// TLS, unix:///path.sock), redis+sentinel://host:port,host:port/service/db (Redis Sentinel) or memory:// (one process only).")
     store_timeout: float = Field(DEFAULT_STORE_TIMEOUT, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
     state_scope: Literal["key", "shared"] = Field(
         "key", description="Whose stored state a request may read and continue: key (only what requests with its own API key stored) or shared (every key's alike, as on an open endpoint)."
@@ -140,6 +141,11 @@ class ServiceOptions(BaseModel):
     metrics: bool = Field(True, description="Serve GET /metrics (Prometheus text format, every worker's counts together).")
     metrics_open: bool = Field(False, description="/metrics needs no API key (for a scraper that cannot send one); otherwise it takes a valid key, or on an open endpoint a client on this machine.")
     log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object per line (json).")
+
+    @field_validator("state_url")
+    @classmethod
+    def _usable_state_url(cls, value: str) -> str:
+        return check_state_url(value)
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -317,6 +323,35 @@ class ConfigFileOptions(PydanticBaseSettingsSource):
         return {name: getattr(file, name) for name in file.model_fields_set & ServiceOptions.model_fields.keys()}
 
 
+NOT_SETTINGS = {
+    "DUET_PUBLISH": "docker-compose.yml's published interface",
+    "DUET_BENCH_LABEL": "the benchmarks' note",
+    "DUET_URL": "the examples' client base URL",
+}
+"""``DUET_*`` variables that other parts of the project read: not settings, and no mistake either."""
+
+
+def setting_variables() -> list[str]:
+    """Every ``DUET_*`` variable ``duet serve`` reads: one per setting, and the upstream key variables."""
+    return [f"DUET_{name.upper()}" for name in EnvSettings.model_fields] + list(KEY_VARIABLES.values())
+
+
+def unknown_variables(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """One line for each ``DUET_*`` variable in ``environ`` that is no setting (a typo is otherwise
+    ignored in silence: ``DUET_API_KEY=…`` would leave the endpoint open), with the closest
+    setting's name when one is close."""
+    known = setting_variables()
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()  # the settings read their variables whatever the case
+        if not upper.startswith("DUET_") or upper in known or upper in NOT_SETTINGS:
+            continue
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.75)
+        hint = f": did you mean {close[0]}?" if close else " (duet serve --help lists them)"
+        problems.append(f"{name} is not a Duet setting and is ignored{hint}")
+    return problems
+
+
 def load_settings(flags: Mapping[str, Any] | None = None) -> EnvSettings:
     """:class:`EnvSettings` from ``flags`` (the command line's), the ``DUET_*`` variables and the
     YAML file. Raises :class:`ConfigError` naming the flag, the variable or the file at fault."""
@@ -326,6 +361,8 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> EnvSettings:
         if not loc:
             return ""
         name = str(loc[0])
+        if name == "state_url" and isinstance(value, str):
+            value = redacted_url(value)  # a Redis URL may carry a password
         if name in flags:
             return f"--{name.replace('_', '-')} {value}"
         return f"DUET_{name.upper()}={value}"

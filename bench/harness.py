@@ -140,17 +140,20 @@ START_TIMEOUT = 120  # seconds duet serve may take to answer /health (a loaded m
 STDERR_SHOWN = 4000  # characters of Duet's stderr a failed start shows (its end)
 
 
-def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.DEVNULL, command: Sequence[str] = (DUET,),
+               start_timeout: float = 30) -> subprocess.Popen[bytes]:
     """``duet serve`` on ``port`` with ``env`` over a copy of this environment without its ``DUET_*``
-    variables. Without a ``log``, its stderr is kept in a temporary file and shown if it does not start."""
+    variables. Without a ``log``, its stderr is kept in a temporary file and shown if it does not start.
+    ``command``: what runs ``duet`` (another checkout's, a launcher: a before-and-after comparison)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
     clean.update({"DUET_PORT": str(port), "DUET_LOG_LEVEL": "warning", **env})
     stdout = log if log is not subprocess.DEVNULL else None
     with contextlib.ExitStack() as cleanup:
         stderr = log if log is not subprocess.DEVNULL else cleanup.enter_context(tempfile.TemporaryFile())
-        duet = subprocess.Popen(duet_command(), cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
+        duet = subprocess.Popen(duet_command() if tuple(command) == (DUET,) else [*command, "serve"],
+                                cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
         try:
-            wait_up(f"http://127.0.0.1:{port}/health", timeout=START_TIMEOUT, process=duet)
+            wait_up(f"http://127.0.0.1:{port}/health", timeout=max(start_timeout, START_TIMEOUT), process=duet)
         except BaseException as exc:
             stop(duet)
             if not isinstance(exc, Exception) or stderr is log:
@@ -203,10 +206,11 @@ class Services:
 
 @contextlib.contextmanager
 def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
-           log: IO[str] | int = subprocess.DEVNULL, relay: bool = False) -> Iterator[Services]:
-    """The scripted upstream (``upstream_args`` for its command line) and ``duet serve`` with both
-    stages on it and no API keys (``env`` adds or overrides ``DUET_*`` variables); with ``relay``,
-    the minimal relay on the same upstream too."""
+           log: IO[str] | int = subprocess.DEVNULL, relay: bool = False, command: Sequence[str] = (DUET,),
+           start_timeout: float = 30) -> Iterator[Services]:
+    """The scripted upstream (``upstream_args`` for its command line) and ``duet serve`` (``command``)
+    with both stages on it and no API keys (``env`` adds or overrides ``DUET_*`` variables); with
+    ``relay``, the minimal relay on the same upstream too."""
     upstream_port, port = free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port), *upstream_args],
                                 cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -217,7 +221,7 @@ def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
                                  "DUET_ANSWER_BASE_URL": upstream_base, "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": "",
                                  # Every request the same: measured as a fresh one, with its reasoner call (no reuse).
                                  "DUET_REASONING_REUSE_SECONDS": "0",
-                                 **(env or {})}, log)
+                                 **(env or {})}, log, command, start_timeout)
         try:
             if not relay:
                 yield Services(duet, port, upstream_base, upstream)

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
+from pathlib import Path
 
-# Run as a script, this folder comes first on sys.path, and tests/http/ (a folder of tests) would shadow the
-# standard library's http (which the SDK's HTTP stack imports): this script needs nothing of its folder.
-if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
-    del sys.path[0]
+# Run as a script, Python puts tests/ first on the path, where tests/http/ (the HTTP tests' folder)
+# would stand in for the standard library's http: this client needs nothing of tests/.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled  # noqa: E402 - after the path is mended
+from openai import AsyncOpenAI  # noqa: E402
 
 calls: list[str] = []
 

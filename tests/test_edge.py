@@ -402,15 +402,16 @@ def test_readiness_details_need_a_key(edge: DuetServer) -> None:
     assert keyed["pipelines"] == ["duet"] and keyed["in_flight"] == 0
 
 
-def test_not_ready_while_the_state_store_is_down(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+def test_degraded_not_unready_while_the_state_store_is_down(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """Every replica shares the store: its outage keeps them in the pool, saying degraded and why."""
     server = DuetServer([], {**pipeline_env(upstream), "DUET_STATE_URL": f"redis://127.0.0.1:{free_port()}/0",
                              "DUET_STORE_TIMEOUT": "0.5"}, tmp_path / "duet.log")
     try:
         anonymous = httpx.get(f"{server.base_url}/health/ready", timeout=5)
-        assert anonymous.status_code == 503 and anonymous.json() == {"status": "not_ready"}
+        assert anonymous.status_code == 200 and anonymous.json() == {"status": "degraded"}
         keyed = httpx.get(f"{server.base_url}/health/ready", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)
-        assert keyed.status_code == 503 and keyed.json()["checks"]["state_store"] != "ok"
-        assert httpx.get(f"{server.base_url}/health").status_code == 200  # alive, just not ready
+        assert keyed.status_code == 200 and keyed.json()["checks"]["state_store"] != "ok"
+        assert keyed.json()["degraded"] == {"state_store": keyed.json()["checks"]["state_store"]}
     finally:
         server.stop()
 

@@ -38,8 +38,8 @@ FACES: dict[str, list[str]] = {
     "duet.agents.continuations": [
         "Continuation", "ContinuationStore", "DEFAULT_OWNER", "DEFAULT_REUSE_SECONDS", "DEFAULT_STATE_URL",
         "DEFAULT_STORE_TIMEOUT", "DEFAULT_TTL", "GuardedStore", "MemoryContinuationStore", "ReasoningLedger",
-        "RedisContinuationStore", "SQLiteContinuationStore", "StoreOpenError", "StoreUnavailable", "fingerprint",
-        "open_store", "owned", "prefix_digests", "splice", "tool_rounds",
+        "RedisContinuationStore", "SQLiteContinuationStore", "StoreOpenError", "StoreUnavailable", "check_state_url", "fingerprint",
+        "open_store", "owned", "prefix_digests", "redacted_url", "splice", "tool_rounds",
     ],
     "duet.agents.upstream": [
         "ANSWER_MODEL_INFO", "ModelClientOptions", "OpenAICompatibleClient", "OpenAICompatibleClientConfig",
@@ -62,8 +62,8 @@ FACES: dict[str, list[str]] = {
     "duet.api.responses": ["Response", "ResponseStore", "Responses", "ResponsesRequest"],
     "duet.api.messages": ["AnthropicMessages", "ErrorBody", "Message", "MessagesRequest", "count_tokens"],
     "duet.api.observability": [
-        "Observability", "ObservedRequests", "RequestObservation", "SharedMetrics", "add_metrics_route", "configure_logging",
-        "configure_tracing", "current_observation", "flush_traces",
+        "Observability", "ObservedRequests", "RequestObservation", "SharedMetrics", "WorkerSampler", "add_metrics_route",
+        "configure_logging", "configure_tracing", "current_observation", "flush_traces",
     ],
     "duet.api.server": ["configure_process", "freeze_startup_objects", "main", "serve"],
 }

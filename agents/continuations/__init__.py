@@ -8,7 +8,8 @@ it saw. Duet stores that hidden part, keyed by each returned tool-call id, and s
 the conversation when a follow-up carries those ids (:func:`splice`, :func:`tool_rounds`).
 
 Back-ends: SQLite (a file, the default; :class:`SQLiteContinuationStore`), Redis (``redis://``,
-``rediss://``, ``unix://``, shared by replicas; :class:`RedisContinuationStore`), memory
+``rediss://``, ``unix://``, or the primary Redis Sentinel names, ``redis+sentinel://``; shared by
+replicas; :class:`RedisContinuationStore`), memory
 (:class:`MemoryContinuationStore`). Entries expire. The store is an optimisation of answer quality,
 never a reason to fail a request: :func:`open_store` (and ``Duet``, for a store passed in from
 Python) wraps a back-end in a :class:`GuardedStore`, which bounds every call by a timeout and turns
@@ -20,18 +21,18 @@ non-reversible id, so one key never reads or continues what another stored; a ru
 :data:`DEFAULT_OWNER`.
 
 Public API: the record, :class:`Continuation`, and the abstract :class:`ContinuationStore`; the
-back-ends above and :class:`GuardedStore`; :func:`open_store` (a URL → a guarded back-end; the
+back-ends above and :class:`GuardedStore`; :func:`open_store` (a URL → a guarded back-end; :func:`check_state_url` checks one without opening it; the
 defaults :data:`DEFAULT_STATE_URL`, :data:`DEFAULT_STORE_TIMEOUT` and :data:`DEFAULT_TTL`);
-:func:`owned`; :func:`tool_rounds`, :func:`splice`; the reasoning already paid for,
-:class:`ReasoningLedger` (a retry of the same request reuses it for :data:`DEFAULT_REUSE_SECONDS`;
-its keys: :func:`fingerprint`, :func:`prefix_digests`); the errors :class:`StoreOpenError` (the store
-cannot open: the service does not start) and :class:`StoreUnavailable`.
+:func:`owned`; :func:`redacted_url` (a store URL as logs show it); :func:`tool_rounds`, :func:`splice`; the reasoning
+already paid for, :class:`ReasoningLedger` (a retry of the same request reuses it for
+:data:`DEFAULT_REUSE_SECONDS`; its keys: :func:`fingerprint`, :func:`prefix_digests`); the errors
+:class:`StoreOpenError` (the store cannot open: the service does not start) and :class:`StoreUnavailable`.
 """
 
-from duet.agents.continuations._guarded import GuardedStore, open_store
+from duet.agents.continuations._guarded import GuardedStore, check_state_url, open_store
 from duet.agents.continuations._ledger import DEFAULT_REUSE_SECONDS, ReasoningLedger, fingerprint, prefix_digests
 from duet.agents.continuations._memory import MemoryContinuationStore
-from duet.agents.continuations._redis import RedisContinuationStore
+from duet.agents.continuations._redis import RedisContinuationStore, redacted_url
 from duet.agents.continuations._rounds import splice, tool_rounds
 from duet.agents.continuations._sqlite import SQLiteContinuationStore
 from duet.agents.continuations._store import (
@@ -61,10 +62,12 @@ __all__ = [
     "SQLiteContinuationStore",
     "StoreOpenError",
     "StoreUnavailable",
+    "check_state_url",
     "fingerprint",
     "open_store",
     "owned",
     "prefix_digests",
+    "redacted_url",
     "splice",
     "tool_rounds",
 ]

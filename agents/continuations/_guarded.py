@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from duet.agents._observe import StoreOutcome, observer_of
 from duet.agents._run import current_run
 from duet.agents.continuations._memory import MemoryContinuationStore
-from duet.agents.continuations._redis import RedisContinuationStore
+from duet.agents.continuations._redis import REDIS_SCHEMES, SENTINEL_SCHEMES, RedisContinuationStore, SentinelURL, redacted_url
 from duet.agents.continuations._sqlite import SQLiteContinuationStore
 from duet.agents.continuations._store import (
     DEFAULT_STORE_TIMEOUT,
@@ -118,16 +118,43 @@ class GuardedStore(ContinuationStore):
         return str(self.store)
 
 
-def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> ContinuationStore:
-    """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``redis://host:port/db`` or
-    ``memory://``, guarded (:class:`GuardedStore`): each call takes at most ``timeout`` seconds, and
-    a fault raises :class:`StoreUnavailable`. Raises
-    :class:`StoreOpenError` when a SQLite file cannot be created or written."""
+STATE_URL_FORMS = ("sqlite:///path, redis://host:port/db (rediss:// with TLS, unix:///path.sock), "
+                   "redis+sentinel://host:port,host:port/service/db or memory://")
+
+
+def check_state_url(url: str) -> str:
+    """``url`` if :func:`open_store` can use it, else a ``ValueError`` saying what is wrong (not the
+    URL itself, which may hold a password). Nothing is opened or asked."""
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        return url
+    if parts.scheme == "sqlite":
+        if not url.removeprefix("sqlite:///") or not url.startswith("sqlite:///"):
+            raise ValueError("a SQLite state URL is sqlite:///relative/path.db or sqlite:////absolute/path.db")
+        return url
+    if parts.scheme in SENTINEL_SCHEMES:
+        SentinelURL(url)
+        return url
+    if parts.scheme in REDIS_SCHEMES:
+        try:
+            parts.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError:
+            raise ValueError(f"the port of a Redis URL is a number: {redacted_url(url)}") from None
+        return url
+    raise ValueError(f"unsupported state URL scheme {parts.scheme + '://' if parts.scheme else '(none)'}: use {STATE_URL_FORMS}")
+
+
+def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> GuardedStore:
+    """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``redis://host:port/db``
+    (``rediss://``, ``unix://``), ``redis+sentinel://host:port,.../service/db`` or ``memory://``,
+    guarded (:class:`GuardedStore`): each call takes at most ``timeout`` seconds, and a fault raises
+    :class:`StoreUnavailable`. Raises :class:`StoreOpenError` when a SQLite file cannot be created or
+    written, ``ValueError`` for a URL it cannot use."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         return GuardedStore(MemoryContinuationStore(ttl), timeout)  # cheap, and every store has one guard
     if scheme == "sqlite":
         return GuardedStore(SQLiteContinuationStore(url.removeprefix("sqlite:///"), ttl, timeout=timeout), timeout)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in REDIS_SCHEMES:
         return GuardedStore(RedisContinuationStore(url, ttl, timeout=timeout), timeout)
-    raise ValueError(f"unsupported state URL {url!r}: use sqlite:///path, redis://host:port/db or memory://")
+    raise ValueError(f"unsupported state URL {redacted_url(url)!r}: use {STATE_URL_FORMS}")

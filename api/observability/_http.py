@@ -65,7 +65,7 @@ class ObservedRequests:
                 message["headers"] = [*message.get("headers", ()), id_header]
             await send(message)
 
-        id_token = set_request_id(request_id)
+        id_token = set_request_id(request_id, observation.trace_id)
         token = _current.set(observation)
         try:
             await self.app(scope, receive, send_with_id)

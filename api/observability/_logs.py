@@ -1,8 +1,9 @@
 """Log lines: text or JSON (``DUET_LOG_FORMAT``), each naming the request it was written for.
 
-The request id (the client's ``X-Request-ID`` when it is usable, else a new one) is held in a context
-variable for the request's whole handling, which the tasks of its run inherit: every line logged while
-serving it carries the id, whichever logger wrote it. With several workers every line also names its
+The request id (the client's ``X-Request-ID`` when it is usable, else a new one) and its trace id (its
+span's, or the client's ``traceparent``'s) are held in context variables for the request's whole
+handling, which the tasks of its run inherit: every line logged while serving it carries them,
+whichever logger wrote it. With several workers every line also names its
 worker (``worker`` = its pid). Secrets are masked in each record before any formatter sees it
 (:func:`duet.api._errors.install_secret_masking`, installed by every app).
 """
@@ -26,6 +27,7 @@ MAX_REQUEST_ID = 128
 _USABLE_ID = re.compile(rb"[A-Za-z0-9._:/=+-]{1,%d}" % MAX_REQUEST_ID)
 
 _request_id: ContextVar[str | None] = ContextVar("duet_request_id", default=None)
+_trace_id: ContextVar[str | None] = ContextVar("duet_trace_id", default=None)
 
 
 def request_id_from(header: bytes | None) -> str:
@@ -41,13 +43,16 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
-def set_request_id(request_id: str | None) -> Any:
-    """Binds ``request_id`` to the calling task (and the tasks it starts); returns the token to reset."""
-    return _request_id.set(request_id)
+def set_request_id(request_id: str | None, trace_id: str | None = None) -> Any:
+    """Binds ``request_id`` and the request's ``trace_id`` to the calling task (and the tasks it
+    starts); returns the token to reset."""
+    return _request_id.set(request_id), _trace_id.set(trace_id)
 
 
 def reset_request_id(token: Any) -> None:
-    _request_id.reset(token)
+    request_token, trace_token = token
+    _trace_id.reset(trace_token)
+    _request_id.reset(request_token)
 
 
 _context_installed = False
@@ -61,7 +66,8 @@ def json_lines() -> bool:
 
 
 def _install_record_context() -> None:
-    """Every log record gets ``request_id`` (``None`` outside a request) and ``worker`` (``None`` in a single process)."""
+    """Every log record gets ``request_id`` and ``trace_id`` (``None`` outside a request, or a request
+    in no trace) and ``worker`` (``None`` in a single process)."""
     global _context_installed
     if _context_installed:
         return
@@ -71,6 +77,7 @@ def _install_record_context() -> None:
     def record_with_context(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = make_record(*args, **kwargs)
         record.request_id = _request_id.get()
+        record.trace_id = _trace_id.get()
         record.worker = _worker
         return record
 
@@ -78,7 +85,8 @@ def _install_record_context() -> None:
 
 
 class TextFormatter(logging.Formatter):
-    """``time LEVEL logger [worker 12] [request abc]: message``; a request's line holds its fields as ``key=value``."""
+    """``time LEVEL logger [worker 12] [request abc] [trace 4bf9…]: message``; a request's line holds
+    its fields as ``key=value``."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s")
@@ -91,13 +99,16 @@ class TextFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         if request_id is not None:
             context += f" [request {request_id}]"
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id is not None:
+            context += f" [trace {trace_id}]"
         record.context = context
         return super().format(record)
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, ``request_id``,
-    ``worker``, the fields of a request's line, and ``exception`` (masked) when there is one."""
+    ``trace_id``, ``worker``, the fields of a request's line, and ``exception`` (masked) when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -109,6 +120,9 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         if request_id is not None:
             entry["request_id"] = request_id
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id is not None:
+            entry["trace_id"] = trace_id
         worker = getattr(record, "worker", None)
         if worker is not None:
             entry["worker"] = worker

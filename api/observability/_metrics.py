@@ -100,9 +100,29 @@ class Metrics:
                                         "(outcome: ok, miss, unavailable, cancelled).", ["operation", "outcome"], registry=registry)
         self.store_duration = Histogram("duet_store_duration_seconds", "Continuation-store calls.", ["operation"],
                                         buckets=STORE_SECONDS, registry=registry)
+        self._add_worker_metrics(registry)
         self.client_tools = BoundedLabels()
         self.service_tools = BoundedLabels()
         self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _add_worker_metrics(self, registry: CollectorRegistry) -> None:
+        """What each worker says of itself, sampled (:mod:`duet.api.observability._sampler`): labelled
+        ``worker`` (its pid); a worker that exits drops out of the gauges (``livesum`` of one series each)."""
+        worker = ["worker"]
+        self.build_info = Gauge("duet_build_info", "1, labelled with the versions of Duet, Python and AutoGen.",
+                                ["version", "python", "autogen"], registry=registry, multiprocess_mode="max")
+        self.saturation = Gauge("duet_saturation_ratio", "Completions running or starting over max_concurrent_requests (0..1).",
+                                worker, registry=registry, multiprocess_mode="livesum")
+        self.pending_body_bytes = Gauge("duet_pending_body_bytes", "Request body bytes being read or parsed (against "
+                                        "max_pending_body_bytes).", worker, registry=registry, multiprocess_mode="livesum")
+        self.store_up = Gauge("duet_store_up", "1 while the state store answers, 0 while it is out (the worker serves degraded).",
+                              worker, registry=registry, multiprocess_mode="livesum")
+        self.process_cpu = Counter("duet_process_cpu_seconds", "User and system CPU time of the worker process.",
+                                   worker, registry=registry)
+        self.process_memory = Gauge("duet_process_resident_memory_bytes", "Resident memory of the worker process.",
+                                    worker, registry=registry, multiprocess_mode="livesum")
+        self.process_fds = Gauge("duet_process_open_fds", "Open file descriptors of the worker process (connections among them).",
+                                 worker, registry=registry, multiprocess_mode="livesum")
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once per label set (prometheus-client checks and locks on each call)."""

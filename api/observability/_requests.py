@@ -126,6 +126,16 @@ class RequestObservation:
         if hub.metrics is not None:
             hub.metrics.in_flight.inc()
 
+    @property
+    def trace_id(self) -> str | None:
+        """The trace the request is part of (32 hex digits): its span's, or without traces on, the
+        client's (whose ``traceparent`` the upstreams get); ``None`` when there is none."""
+        if self.span is not None:
+            return format(self.span.get_span_context().trace_id, "032x")
+        if self.upstream_headers is not None:
+            return self.upstream_headers["traceparent"][3:35]
+        return None
+
     # The RunObserver protocol (duet.agents._observe)
 
     def model_call(self, stage: Stage, model: str) -> "_ModelCall":

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import warnings
 from importlib.metadata import version
 from pathlib import Path
@@ -58,14 +59,22 @@ def resolve(args: argparse.Namespace, flags: Sequence[str]) -> tuple["EnvSetting
 
 
 def announce(config: "ServiceConfig", workers: int) -> None:
-    """The startup summary and the warnings, in the log (once, from the process that starts the workers)."""
-    from duet.api.server._startup import summary, unset_keys
+    """The startup summary and the warnings, in the log (once, from the process that starts the
+    workers); then, without holding the start up, what the upstreams say (one warning each that cannot serve)."""
+    from duet.api._settings import unknown_variables
+    from duet.api.server._startup import summary, unset_keys, upstream_problems
 
     logger = logging.getLogger("duet")
     for line in summary(config, workers):
         logger.info("%s", line)
-    for warning in unset_keys(config):
+    for warning in [*unset_keys(config), *unknown_variables()]:
         logger.warning("%s", warning)
+
+    def ask_upstreams() -> None:
+        for problem in upstream_problems(config):
+            logger.warning("%s", problem)
+
+    threading.Thread(target=ask_upstreams, name="duet-upstream-check", daemon=True).start()
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -150,7 +159,7 @@ def _export_team(args: argparse.Namespace) -> None:
 def _check(args: argparse.Namespace) -> None:
     """``duet check``: the summary and the warnings on stdout, then ``ok`` (exit 0) or why not (exit 1)."""
     _import_from_working_directory()
-    from duet.api._settings import ConfigError
+    from duet.api._settings import ConfigError, unknown_variables
     from duet.api.server._startup import check, summary, unset_keys
 
     # Python warnings (an old team file's) as one line each, as the command's own.
@@ -161,6 +170,9 @@ def _check(args: argparse.Namespace) -> None:
             print(line)
         for warning in unset_keys(config):
             print(f"warning: {warning}")
+        unknown = unknown_variables()
+        if unknown:  # serve only warns; a check is where a typo must stop the deploy
+            refuse("check", "; ".join(unknown), code=1)
         ready, checks = asyncio.run(check(config, probe=args.probe))
     except ConfigError as exc:
         refuse("check", str(exc), code=1)

@@ -1,12 +1,19 @@
 """Several server processes on one port: ``duet serve --workers N``.
 
-The parent binds the port once and starts N workers, each a fresh interpreter (``multiprocessing``
-spawn) that builds its own app from the configuration the parent resolved and serves the shared
-socket with the same server as a single process (:func:`duet.api.server._server.serve`: the edge's limits,
-readiness, the graceful drain). The kernel hands each new connection to one of them. The parent
-serves nothing: it replaces a worker that dies, and on SIGTERM or SIGINT has every worker drain,
-then exits 0. What a tool round leaves for its follow-up waits in the shared continuation store
-(SQLite or Redis), since the follow-up may reach another worker.
+The parent holds the port and starts N workers, each a fresh interpreter (``multiprocessing``
+spawn) that builds its own app from the configuration the parent resolved and serves the port with
+the same server as a single process (:func:`duet.api.server._server.serve`: the edge's limits,
+readiness, the graceful drain). The parent serves nothing: it replaces a worker that dies, and on
+SIGTERM or SIGINT has every worker drain, then exits 0. What a tool round leaves for its follow-up
+waits in the shared continuation store (SQLite or Redis), since the follow-up may reach another worker.
+
+How the workers share new connections: on Linux each worker listens on a socket of its own, all bound
+to the port with ``SO_REUSEPORT``, and the kernel spreads new connections evenly over them (by a hash
+of each connection's addresses). The parent binds the port first, without listening (the port is
+proven free and held, but no connection waits on the parent). With one listening socket shared by
+every worker, whichever worker wakes first accepts every connection waiting: 8 kept-alive connections
+opened at once all went to one worker, which then did all the work (``bench/workers_share.py``).
+Elsewhere (no ``SO_REUSEPORT`` that balances) the parent's one listening socket is shared, as before.
 """
 
 from __future__ import annotations
@@ -44,22 +51,58 @@ class WorkerSpec:
     log_level: str
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """The one listening socket of every worker. Raises ``OSError`` (a port in use, a bad address)."""
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+REUSE_PORT = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
+"""Whether each worker listens on a socket of its own (Linux balances ``SO_REUSEPORT`` sockets; other
+systems hand every connection to the last one bound, or do not have it)."""
+
+
+def _bound(host: str, port: int, reuse_port: bool) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-        listener.listen(LISTEN_BACKLOG)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
     except OSError:
-        listener.close()
+        sock.close()
         raise
-    return listener
+    return sock
 
 
-def run_worker(spec: WorkerSpec, listener: socket.socket, started: Connection) -> None:
-    """One worker process: builds the app and serves ``listener`` until SIGTERM or SIGINT; sends its
-    pid on ``started`` once it serves."""
+def listen(host: str, port: int, reuse_port: bool | None = None) -> socket.socket:
+    """The parent's socket on the port. With ``reuse_port`` (default :data:`REUSE_PORT`) it is bound
+    but does not listen: it holds the port for the workers' own sockets (:func:`listen_in_worker`);
+    without, it listens, and every worker serves it. Raises ``OSError`` (a port in use, a bad address)."""
+    reuse_port = REUSE_PORT if reuse_port is None else reuse_port
+    sock = _bound(host, port, reuse_port)
+    if not reuse_port:
+        try:
+            sock.listen(LISTEN_BACKLOG)
+        except OSError:
+            sock.close()
+            raise
+    return sock
+
+
+def listen_in_worker(held: socket.socket) -> socket.socket:
+    """A worker's own listening socket on the port the parent holds (``SO_REUSEPORT``), or the
+    parent's socket itself when it is the listening one."""
+    if held.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        return held
+    host, port = held.getsockname()[:2]
+    own = _bound(host, port, reuse_port=True)
+    try:
+        own.listen(LISTEN_BACKLOG)
+    except OSError:
+        own.close()
+        raise
+    held.close()  # the parent holds the port; this worker needs only its own socket
+    return own
+
+
+def run_worker(spec: WorkerSpec, held: socket.socket, started: Connection) -> None:
+    """One worker process: builds the app and serves its listening socket (:func:`listen_in_worker`)
+    until SIGTERM or SIGINT; sends its pid on ``started`` once it serves."""
     from duet.api._app import create_app
     from duet.api.server._process import start_process
     from duet.api.server._server import serve
@@ -71,6 +114,8 @@ def run_worker(spec: WorkerSpec, listener: socket.socket, started: Connection) -
     except Exception as exc:  # noqa: BLE001 - reported to the operator, then exit
         print(f"duet: worker {os.getpid()} cannot start: {exc}", file=sys.stderr)
         raise SystemExit(STARTUP_FAILURE) from None
+    # Listening only now that the app is built: until then, new connections go to the workers that serve.
+    listener = listen_in_worker(held)
     serve(app, spec.config.options, app.state.gate, host=spec.host, port=spec.port, log_level=spec.log_level,
           sockets=[listener], on_started=lambda: started.send(os.getpid()))
 
