@@ -40,7 +40,7 @@ from duet.agents._model_reasoning import (
 from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments
 from duet.agents._errors import UpstreamStatusError
 from duet.agents._conversation import without_images
-from duet.agents._upstream_calls import IssuedCall, issue, to_upstream
+from duet.agents._upstream_calls import IssuedCall, issue, remember_ids, to_upstream, wants_short_ids
 from duet.agents.upstream import add_usage, streaming_create_args
 from duet.agents._events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from duet.agents._grounding import retrieved_context
@@ -280,6 +280,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         workbench = state.workbench
         # Duet issues its own call ids (upstreams repeat or omit theirs, and clients key on them); the
         # upstream's ids and provider fields are kept, to be sent back to it.
+        remember_ids(self._model_client, result.content)  # type: ignore[arg-type]
         calls = issue(result.content, state.issued)  # type: ignore[arg-type]
         if state.options.single_tool_call:
             calls = calls[:1]
@@ -352,8 +353,9 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         field") is asked again with it."""
         field = getattr(self._model_client, "reasoning_field", None)
         request = for_request(history, pass_back, field) if pass_back or carries_reasoning else history
-        if issued:  # the upstream gets back its own call ids and fields
-            request = to_upstream(request, issued)
+        short_ids = wants_short_ids(self._model_client)
+        if issued or short_ids:  # the upstream gets back its own call ids and fields (Mistral: ids of its shape)
+            request = to_upstream(request, issued, short_ids)
         stream = self._model_stream("answer", run, request, **arguments)
         try:
             first = await anext(stream)

@@ -11,12 +11,16 @@ not 9 letters and digits — and the provider fields it put on each call (Gemini
   (:func:`issue`, an :class:`IssuedCall` in the run's ``issued_calls``); the continuation store keeps
   the entries of a client round with its hidden part, so a follow-up on another worker or replica has them;
 - every model call translates its history back (:func:`to_upstream`): Duet's ids become the
-  upstream's, with its fields. A call whose entry is unknown (its round expired from the store) keeps
-  Duet's id.
+  upstream's, with its fields. A call whose entry is unknown (a round before the latest user turn,
+  or one expired from the store) keeps Duet's id — except for an upstream that accepts only
+  Mistral's ids (:func:`wants_short_ids`), which gets one derived from Duet's (:func:`short_id`), the
+  same for the call and its result.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, MutableMapping, Sequence
 
@@ -66,9 +70,40 @@ def issue(calls: Sequence[FunctionCall], issued: IssuedCalls) -> list[FunctionCa
     return out
 
 
-def to_upstream(history: Sequence[LLMMessage], issued: Mapping[str, IssuedCall]) -> list[LLMMessage]:
+MISTRAL_MODELS = re.compile(r"mistral|magistral|devstral|codestral|ministral|pixtral", re.IGNORECASE)
+"""Model names served with Mistral's tokenizer or API, which refuse a call id that is not 9 letters and digits."""
+_MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
+_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def wants_short_ids(client: Any) -> bool:
+    """Whether ``client``'s upstream takes only Mistral's call ids: it issued one (``issues_short_ids``,
+    learned by :func:`remember_ids`), or its model's name says Mistral."""
+    return bool(getattr(client, "issues_short_ids", False)) or bool(MISTRAL_MODELS.search(str(getattr(client, "model", ""))))
+
+
+def remember_ids(client: Any, calls: Sequence[FunctionCall]) -> None:
+    """What the upstream's call ids showed, for the client's next calls (a Duet client only)."""
+    if hasattr(client, "issues_short_ids") and any(_MISTRAL_ID.fullmatch(call.id or "") for call in calls):
+        client.issues_short_ids = True
+
+
+def short_id(duet_id: str) -> str:
+    """A Mistral-shaped id (9 letters and digits) for ``duet_id``, the same every time.
+
+    >>> short_id("call_0123456789abcdef01234567") == short_id("call_0123456789abcdef01234567"), len(short_id("x"))
+    (True, 9)
+    """
+    number = int.from_bytes(hashlib.sha256(duet_id.encode()).digest()[:8], "big")
+    return "".join(_ALPHABET[(number // 62**i) % 62] for i in range(9))
+
+
+def to_upstream(history: Sequence[LLMMessage], issued: Mapping[str, IssuedCall], short_ids: bool = False) -> list[LLMMessage]:
     """``history`` as the upstream must get it: each call it issued under its own id, with its
-    provider fields, and each result under that id. Messages without such calls are passed as they are."""
+    provider fields, and each result under that id; with ``short_ids``, every other call (and its
+    result) under :func:`short_id` of its id. Messages without such calls are passed as they are."""
+    if short_ids:
+        issued = _with_short_ids(history, issued)
     if not issued:
         return list(history)
     out: list[LLMMessage] = []
@@ -84,6 +119,18 @@ def to_upstream(history: Sequence[LLMMessage], issued: Mapping[str, IssuedCall])
             message = message.model_copy(update={"content": results})
         out.append(message)
     return out
+
+
+def _with_short_ids(history: Sequence[LLMMessage], issued: Mapping[str, IssuedCall]) -> dict[str, IssuedCall]:
+    """``issued`` and a derived Mistral-shaped id for every other call of ``history`` whose id is not one."""
+    derived = {
+        call.id: IssuedCall(id=short_id(call.id))
+        for message in history
+        if isinstance(message, AssistantMessage) and isinstance(message.content, list)
+        for call in message.content
+        if call.id not in issued and not _MISTRAL_ID.fullmatch(call.id)
+    }
+    return {**issued, **derived} if derived else dict(issued)
 
 
 def _as_issued(call: FunctionCall, issued: Mapping[str, IssuedCall]) -> FunctionCall:

@@ -186,6 +186,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         """Whether the model writes its thinking as plain text ended by a lone ``</think>`` (a thinking
         chat template served without a reasoning parser), as its last answers showed; ``None``: not seen
         yet (:func:`~duet.agents._thinking.opens_thinking` guesses from the name)."""
+        self.issues_short_ids = False  # its upstream issued Mistral's call ids (duet.agents._upstream_calls)
 
     @property
     def reasoning_field(self) -> ReasoningField | None:

@@ -187,3 +187,25 @@ def test_probe_fails_for_a_model_the_upstream_does_not_list(upstream: ReplayUpst
 
 def _events(response: httpx.Response) -> list[dict[str, Any]]:
     return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_mistral_conversation_goes_on_after_its_tool_round(duet: str, upstream: ReplayUpstream, stream: bool) -> None:
+    """Mistral checks every call id of the history, not only the latest round's: a user turn after a
+    tool round (the round's ids no longer restored), and a history whose calls another model made
+    (ids Mistral never issued), reach it with ids of its shape, each call's result under its call's."""
+    history = first_turn("chat", "Weather in Paris? [call a tool]")
+    said = chat(duet, "a-mistral", stream, history)
+    assert said[2] is not None
+    history = follow_up("chat", history, said)
+    answered = chat(duet, "a-mistral", stream, history)
+    history += [{"role": "assistant", "content": answered[0]}, {"role": "user", "content": "And in Rome?"}]
+    foreign = [{"role": "user", "content": "Weather in Oslo?"},
+               {"role": "assistant", "content": None, "tool_calls": [{"id": "toolu_01A09q90qw90lq917835lq9", "type": "function",
+                                                                     "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+               {"role": "tool", "tool_call_id": "toolu_01A09q90qw90lq917835lq9", "content": "2 °C"},
+               {"role": "assistant", "content": "2 °C in Oslo."}, {"role": "user", "content": "And in Rome?"}]
+    mark = len(upstream.requests)
+    texts = [chat(duet, "a-mistral", stream, conversation)[0] for conversation in (history, foreign)]
+    assert [f"{r.dialect}: {r.refusal.body!r}" for r in upstream.requests[mark:] if r.refusal] == []
+    assert all(texts), texts
