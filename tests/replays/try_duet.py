@@ -61,9 +61,17 @@ def config(upstream: ReplayUpstream) -> dict[str, Any]:
     return {"pipelines": pipelines}
 
 
-def start_duet(upstream: ReplayUpstream, directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+def pair_config(upstream: ReplayUpstream) -> dict[str, Any]:
+    """A pipeline ``x-<reasoner>-<answer>`` for every pair of dialects (bench/dialect_pairs.py)."""
+    def model(dialect: str) -> dict[str, Any]:
+        return {"base_url": upstream.base_url(dialect), "model": answer_model(dialect), "max_retries": 0, **NEEDS.get(dialect, {})}
+
+    return {"pipelines": [{"name": f"x-{r}-{a}", "reasoner": model(r), "answer": model(a)} for r in DIALECTS for a in DIALECTS]}
+
+
+def start_duet(upstream: ReplayUpstream, directory: Path, settings: dict[str, Any] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     path = directory / "duet.yaml"
-    path.write_text(yaml.safe_dump(config(upstream)))
+    path.write_text(yaml.safe_dump(settings or config(upstream)))
     port = 18000 + os.getpid() % 1000
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
     env.update(DUET_PORT=str(port), DUET_API_KEYS="", DUET_STATE_URL=f"sqlite:///{directory / 'state.db'}")
