@@ -126,7 +126,7 @@ async def abort_once(port: int, model: str, point: str, api_key: str, timeout: f
         await writer.drain()
         marker = read_until(protocol, point)
         if marker is None:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the subject: a hang-up just after the request, before any answer
             return
         received = b""
         async with asyncio.timeout(timeout):

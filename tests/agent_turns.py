@@ -1,4 +1,5 @@
-"""One agent's turn driven through its AgentChat surface (``on_messages_stream``) outside a Duet request, with a scripted ``ChatCompletionClient``: what the two agents' unit tests share. No sockets."""
+"""One agent's turn driven through its AgentChat surface (``on_messages_stream``) outside a Duet request,
+with a scripted ``ChatCompletionClient``: what the two agents' unit tests share. No sockets."""
 
 from __future__ import annotations
 

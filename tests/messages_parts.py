@@ -1,4 +1,5 @@
-"""What the Anthropic Messages unit tests share: the model and message id they use, and a ``MessagesRequest`` to build on."""
+"""What the Anthropic Messages unit tests share: the model and message id they use, and a
+``MessagesRequest`` to build on."""
 
 from __future__ import annotations
 

@@ -475,7 +475,7 @@ def test_slow_bodies_do_not_fill_the_completion_cap(edge: DuetServer) -> None:
     try:
         for sock in slow:
             sock.sendall(request_head(edge.port, length=1000) + b'{"model": "duet", ')  # and the rest never comes
-        time.sleep(0.1)
+        time.sleep(0.1)  # pacing: their heads arrive first (no counter shows a body being read)
         response = httpx.post(f"{edge.base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"},
                               json={"model": "duet", "messages": USER}, timeout=5)
         assert response.status_code == 200, response.text
@@ -518,7 +518,7 @@ def test_bodies_in_flight_share_a_byte_budget(upstream: ScriptedUpstream, tmp_pa
     try:
         held = holding(size)
         try:
-            time.sleep(0.1)
+            time.sleep(0.1)  # pacing: the held body is being read first (no counter shows it)
             refused = post(valid)  # with Content-Length: refused before it is read
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert error_code(refused.content) == "server_busy"

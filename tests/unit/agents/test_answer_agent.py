@@ -1,4 +1,6 @@
-"""The answer agent's turn (``agents/_answer_agent.py``) through its AgentChat surface with a scripted ``ChatCompletionClient``: reasoning however it comes, the prompt, service tool rounds, a client tool call ending the turn with a handoff."""
+"""The answer agent's turn (``agents/_answer_agent.py``) through its AgentChat surface with a scripted
+``ChatCompletionClient``: reasoning however it comes, the prompt, service tool rounds, a client tool
+call ending the turn with a handoff."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Conversation conversion (``agents/_conversation.py``): OpenAI messages to AutoGen's, repairs and strictness, the reasoner's transcript."""
+"""Conversation conversion (``agents/_conversation.py``): OpenAI messages to AutoGen's, repairs and
+strictness, the reasoner's transcript."""
 
 from __future__ import annotations
 

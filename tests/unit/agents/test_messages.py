@@ -1,4 +1,5 @@
-"""The driver<->agent messages (``agents/_messages.py``): built and read back in one module, valid AgentChat messages, read the AgentChat way from outside Duet."""
+"""The driver<->agent messages (``agents/_messages.py``): built and read back in one module, valid
+AgentChat messages, read the AgentChat way from outside Duet."""
 
 from __future__ import annotations
 

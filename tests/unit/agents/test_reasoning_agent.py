@@ -1,4 +1,6 @@
-"""The reasoning agent's turn (``agents/_reasoning_agent.py``) through its AgentChat surface with a scripted ``ChatCompletionClient``: reasoning however it comes, closed when the draft begins, cut at ``max_reasoning_chars``, thought again on tool results when asked."""
+"""The reasoning agent's turn (``agents/_reasoning_agent.py``) through its AgentChat surface with a
+scripted ``ChatCompletionClient``: reasoning however it comes, closed when the draft begins, cut at
+``max_reasoning_chars``, thought again on tool results when asked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The run binding (``agents/_run.py``): a turn started ahead of the team, ``bind_run`` and the tasks that inherit it."""
+"""The run binding (``agents/_run.py``): a turn started ahead of the team, ``bind_run`` and the tasks that
+inherit it."""
 
 from __future__ import annotations
 

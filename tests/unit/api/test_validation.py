@@ -1,4 +1,5 @@
-"""Request bodies (``api/_validation.py``): too deep is refused, on the event loop and in a thread, and a body parses to exactly what the standard library reads."""
+"""Request bodies (``api/_validation.py``): too deep is refused, on the event loop and in a thread, and a
+body parses to exactly what the standard library reads."""
 
 from __future__ import annotations
 

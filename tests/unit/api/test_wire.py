@@ -1,4 +1,5 @@
-"""What the protocols' wire models share (``api/_wire.py``): a tool list is validated once per content, each field keeps its own."""
+"""What the protocols' wire models share (``api/_wire.py``): a tool list is validated once per content,
+each field keeps its own."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""HTTP tool settings (``workbenches/_http_settings.py``): secrets from the environment, kept out of exports."""
+"""HTTP tool settings (``workbenches/_http_settings.py``): secrets from the environment, kept out of
+exports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Client tool schemas (``workbenches/_tool_schemas.py``): equal entries give one tool and one encoding, the cache is bounded and keyed by content, the request body carries the tools as before."""
+"""Client tool schemas (``workbenches/_tool_schemas.py``): equal entries give one tool and one encoding,
+the cache is bounded and keyed by content, the request body carries the tools as before."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The request's workbench (``workbenches/_workbench.py``): client tools shadow service tools of the same name."""
+"""The request's workbench (``workbenches/_workbench.py``): client tools shadow service tools of the same
+name."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tool rounds (``agents/continuations/_rounds.py``): the rounds since the last user message, and splicing a round's hidden part back."""
+"""Tool rounds (``agents/continuations/_rounds.py``): the rounds since the last user message, and splicing
+a round's hidden part back."""
 
 from __future__ import annotations
 

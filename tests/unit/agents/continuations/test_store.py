@@ -1,4 +1,5 @@
-"""The continuation stores (``agents/continuations/_store.py`` and its back-ends): entries expire, any call id of a round finds the round."""
+"""The continuation stores (``agents/continuations/_store.py`` and its back-ends): entries expire, any call
+id of a round finds the round."""
 
 from __future__ import annotations
 

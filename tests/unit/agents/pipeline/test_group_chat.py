@@ -1,4 +1,5 @@
-"""Duet's group chat (``agents/pipeline/_group_chat.py``): agent spans only with a tracer provider, one shared request message for every turn."""
+"""Duet's group chat (``agents/pipeline/_group_chat.py``): agent spans only with a tracer provider, one
+shared request message for every turn."""
 
 from __future__ import annotations
 

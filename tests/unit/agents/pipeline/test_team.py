@@ -1,4 +1,6 @@
-"""Duet's team (``agents/pipeline/_team.py``) on real AutoGen objects and replayed model clients: a bound run gets its events, a reset team runs again, a Duet task needs a bound run, a plain AgentChat task does not."""
+"""Duet's team (``agents/pipeline/_team.py``) on real AutoGen objects and replayed model clients: a bound
+run gets its events, a reset team runs again, a Duet task needs a bound run, a plain AgentChat task does
+not."""
 
 from __future__ import annotations
 

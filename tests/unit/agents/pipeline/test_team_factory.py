@@ -1,4 +1,6 @@
-"""The team factory (``agents/pipeline/_team_factory.py``): shared clients for Duet's own, a client per team for any other kind, the lean runtime, closing, loading other teams whole, naming the provider that broke."""
+"""The team factory (``agents/pipeline/_team_factory.py``): shared clients for Duet's own, a client per
+team for any other kind, the lean runtime, closing, loading other teams whole, naming the provider that
+broke."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Agents on the lean runtime (``agents/runtime/_agents.py``): a shared handler table, message order kept, no waiting line until one is needed, one coroutine per message, agent types registered without a closure each."""
+"""Agents on the lean runtime (``agents/runtime/_agents.py``): a shared handler table, message order kept,
+no waiting line until one is needed, one coroutine per message, agent types registered without a closure
+each."""
 
 from __future__ import annotations
 

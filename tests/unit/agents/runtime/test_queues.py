@@ -1,4 +1,5 @@
-"""The runtime's queues (``agents/runtime/_queues.py``): a hand-over queue gives futures, not tasks; a lightened queue holds two deques fewer and still joins."""
+"""The runtime's queues (``agents/runtime/_queues.py``): a hand-over queue gives futures, not tasks; a
+lightened queue holds two deques fewer and still joins."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The lean runtime (``agents/runtime/_runtime.py``): each shortcut does less work than the stock runtime and delivers the same (log lines formatted only when read, unique ids, fewer tasks when unobserved, the stock path when observed, one serializer registry, handler room given back)."""
+"""The lean runtime (``agents/runtime/_runtime.py``): each shortcut does less work than the stock runtime
+and delivers the same (log lines formatted only when read, unique ids, fewer tasks when unobserved, the
+stock path when observed, one serializer registry, handler room given back)."""
 
 from __future__ import annotations
 

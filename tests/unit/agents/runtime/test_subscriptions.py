@@ -1,4 +1,5 @@
-"""Subscriptions on the lean runtime (``agents/runtime/_subscriptions.py``): Duet's team draws no subscription id, stock subscriptions keep theirs, direct-message subscriptions match as the stock ones."""
+"""Subscriptions on the lean runtime (``agents/runtime/_subscriptions.py``): Duet's team draws no
+subscription id, stock subscriptions keep theirs, direct-message subscriptions match as the stock ones."""
 
 from __future__ import annotations
 

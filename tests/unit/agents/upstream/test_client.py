@@ -1,4 +1,6 @@
-"""The upstream model client (``agents/upstream/_client.py``) against the scripted upstream on loopback: what servers send reassembled, a first token handed on before the rest is read, cancellation, reasoning typed, the component round trip."""
+"""The upstream model client (``agents/upstream/_client.py``) against the scripted upstream on loopback:
+what servers send reassembled, a first token handed on before the rest is read, cancellation, reasoning
+typed, the component round trip."""
 
 from __future__ import annotations
 

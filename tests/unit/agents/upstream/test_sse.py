@@ -1,4 +1,5 @@
-"""The SSE reader of the upstream client (``agents/upstream/_sse.py``) over aiohttp's own stream reader, without sockets."""
+"""The SSE reader of the upstream client (``agents/upstream/_sse.py``) over aiohttp's own stream reader,
+without sockets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The create arguments of a streamed call (``agents/upstream/_transform.py``): usage asked only of clients that need asking."""
+"""The create arguments of a streamed call (``agents/upstream/_transform.py``): usage asked only of clients
+that need asking."""
 
 from __future__ import annotations
 

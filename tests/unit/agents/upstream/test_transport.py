@@ -1,4 +1,5 @@
-"""The upstream client's connections (``agents/upstream/_transport.py``): opened in a context of their own, closed when opened as their request is cancelled."""
+"""The upstream client's connections (``agents/upstream/_transport.py``): opened in a context of their own,
+closed when opened as their request is cancelled."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Anthropic Messages protocol's errors (``api/messages/_errors.py``): Duet's errors map to Anthropic's types and statuses."""
+"""The Anthropic Messages protocol's errors (``api/messages/_errors.py``): Duet's errors map to Anthropic's
+types and statuses."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Anthropic Messages protocol's reader (``api/messages/_reader.py``): tool rounds, Claude Code's request shape, client tools, unusable input named by its param."""
+"""The Anthropic Messages protocol's reader (``api/messages/_reader.py``): tool rounds, Claude Code's
+request shape, client tools, unusable input named by its param."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The Anthropic Messages protocol's writers (``api/messages/_stream.py``, ``_fold.py``), without a server: one renderer, two writers; the event stream, assembled by the anthropic SDK's own accumulator, is the ``message`` built from the same events."""
+"""The Anthropic Messages protocol's writers (``api/messages/_stream.py``, ``_fold.py``), without a server:
+one renderer, two writers; the event stream, assembled by the anthropic SDK's own accumulator, is the
+``message`` built from the same events."""
 
 from __future__ import annotations
 
