@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import ANSWER, API_KEY, REASONER, ROOT, DuetServer
+from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
@@ -281,61 +279,6 @@ def test_store_outage_keeps_answering_and_refuses_what_needs_the_store(lone_duet
             call()
         assert raised.value.status_code == 503 and raised.value.body["code"] == "store_unavailable"  # type: ignore[index]
     assert "Traceback" not in lone_duet.log.read_text()
-
-
-@pytest.mark.parametrize("mode", ["run", "streamed"])
-def test_openai_agents_sdk_runs_an_agent_with_a_function_tool(duet: DuetServer, upstream: ScriptedUpstream, mode: str,
-                                                              tmp_path: Path) -> None:
-    script_call(upstream)
-    upstream.script(ANSWER, Reply(content=["It is ", "sunny in Paris."]))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "agents_sdk_client.py"), f"{duet.base_url}/v1", API_KEY, mode],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["final"] == "It is sunny in Paris." and result["calls"] == ["Paris"]
-    assert result["items"] == ["reasoning_item", "tool_call_item", "tool_call_output_item", "message_output_item"]
-    assert result["streamed"] == ("It is sunny in Paris." if mode == "streamed" else "")
-    follow_up = upstream.requests_for(ANSWER)[-1].body["messages"]
-    assert follow_up[-1]["role"] == "tool" and follow_up[-1]["content"] == "sunny in Paris"
-
-
-CODEX = Path(sys.prefix) / "node" / "node_modules" / ".bin" / "codex"  # installed by `make test` (scripts/ensure-codex)
-
-
-def test_codex_cli_completes_a_task_with_its_shell_tool(duet: DuetServer, upstream: ScriptedUpstream, tmp_path: Path) -> None:
-    assert CODEX.exists(), f"Codex CLI is missing at {CODEX}: run scripts/ensure-codex {CODEX.parents[2]} (make test does)"
-    home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    (home / "config.toml").write_text(f"""
-model = "duet"
-model_provider = "duet"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[model_providers.duet]
-name = "Duet"
-base_url = "{duet.base_url}/v1"
-wire_api = "responses"
-env_key = "DUET_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-""")
-    upstream.script(REASONER, Reply(reasoning=["Write the file with the shell."]))
-    upstream.script(ANSWER, Reply(tool_calls=[ScriptedCall("exec_command", json.dumps({"cmd": "printf hi > hello.txt"}))]),
-                    Reply(content=["Created ", "hello.txt."]))
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CODEX_HOME": str(home), "DUET_API_KEY": API_KEY}
-    done = subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-C", str(work),
-                           "Create hello.txt containing hi"], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert (work / "hello.txt").read_text() == "hi"
-    assert "Created hello.txt." in done.stdout
-    first, follow_up = upstream.requests_for(ANSWER)[:2]
-    assert "exec_command" in [tool["function"]["name"] for tool in first.body["tools"]]
-    result = follow_up.body["messages"][-1]
-    assert result["role"] == "tool" and result["tool_call_id"] == follow_up.body["messages"][-2]["tool_calls"][0]["id"]
 
 
 def test_shutdown_ends_a_running_stream_with_one_response_failed(upstream: ScriptedUpstream, tmp_path: Path) -> None:
