@@ -4,7 +4,10 @@ with a ``@function_tool``, run by ``Runner.run`` or ``Runner.run_streamed``.
 Run as a script, in a process of its own (the repository's ``agents/`` folder would shadow the
 SDK's ``agents`` package inside the test process)::
 
-    python tests/agents_sdk_client.py BASE_URL API_KEY run|streamed
+    python -P tests/agents_sdk_client.py BASE_URL API_KEY run|streamed
+
+(``-P``: its own folder, ``tests/``, stays off ``sys.path``, where ``tests/http/`` would shadow the
+standard library's ``http``.)
 
 Prints one JSON line: the final output, the run's item types, the tool's calls and the streamed text.
 """

@@ -348,7 +348,8 @@ def test_the_agents_sdk_takes_responses_that_could_not_be_stored(store_down: Due
 
     script_call(upstream)
     upstream.script(ANSWER, Reply(content=["It is ", "sunny in Paris."]))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "agents_sdk_client.py"), f"{store_down.base_url}/v1", KEY_A, mode],
+    # -P: the script's folder, tests/, stays off sys.path (tests/http/ would shadow the standard library's http)
+    done = subprocess.run([sys.executable, "-P", str(ROOT / "tests" / "agents_sdk_client.py"), f"{store_down.base_url}/v1", KEY_A, mode],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
