@@ -14,7 +14,11 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 serve: $(VENV)/.serve-ready
 	$(BIN)/duet serve
 
+# The linter and the type checker first, then the tests (all configured in pyproject.toml): a finding
+# fails in seconds (mypy's cache in .mypy_cache/ keeps a second run short).
 test: $(VENV)/.test-ready
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # A clean environment: no DUET_* of the caller's reaches the benchmarks (or the servers they start).
@@ -31,9 +35,10 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]" -r requirements-studio.txt
 	# AutoGen Studio declares autogen < 0.6 but runs with 0.7.5: installed last, without its pins.
 	$(PIP) install -q --no-deps autogenstudio==0.4.2.2
-	# Debian's Redis (the shared state store), HAProxy (the replicas' load balancer) and docker-compose
-	# (`docker-compose config` checks docker-compose.yml; no engine runs): the tests run them.
-	scripts/ensure-packages redis-server=redis-server haproxy=haproxy docker-compose=docker-compose
+	# Debian's Redis (the shared state store), HAProxy (the replicas' load balancer), docker-compose
+	# (`docker-compose config` checks docker-compose.yml; no engine runs) and Prometheus (its promtool
+	# checks deploy/prometheus): the tests run them. kubectl (tests/deploy) comes with the machine image.
+	scripts/ensure-packages redis-server=redis-server haproxy=haproxy docker-compose=docker-compose promtool=prometheus
 	scripts/ensure-codex $(VENV)/node
 	scripts/ensure-claude-code $(VENV)/claude-code
 	scripts/ensure-ai-sdk $(VENV)/ai-sdk
@@ -41,4 +46,8 @@ $(VENV)/.test-ready: $(VENV)/.serve-ready requirements-studio.txt
 	# what that venv and the wheel's build need is fetched here (websockets is left free: openai-agents caps it below 17).
 	grep -v '^websockets==' constraints.txt > $(VENV)/constraints-packaging.txt
 	$(PIP) download -q -d $(VENV)/wheelhouse -c $(VENV)/constraints-packaging.txt . openai-agents "setuptools>=69"
+	# mypy sees agents/, api/ and workbenches/ as the packages they install as (duet.agents, ...: package-dir
+	# in pyproject.toml) through links beside the root package duet/ (mypy_path there).
+	mkdir -p $(VENV)/mypy-path/duet
+	for folder in agents api workbenches; do ln -sfn ../../../$$folder $(VENV)/mypy-path/duet/$$folder; done
 	touch $@

@@ -5,7 +5,8 @@ Public API, by who needs it:
 Running the duet (a Python program, and the HTTP service):
 
 - :class:`Duet` — a pipeline ready to run, from settings or a team file; :meth:`Duet.start` takes a
-  :class:`DuetRequest` (the conversation, the client's tools, the :class:`AnswerOptions`, who asks)
+  :class:`DuetRequest` (the conversation, the client's tools, the :class:`AnswerOptions` with the
+  client's :data:`ReasoningEffort`, who asks)
   or OpenAI-style lists, and returns a :class:`DuetStream`; ``stream()`` yields its events,
   ``run()`` collects them into a :class:`DuetResult`; :class:`RunToken` — a run's cancellation token
   (it can ask whether the client is gone); :func:`conversation_from_openai` — OpenAI ``messages`` →
@@ -13,8 +14,9 @@ Running the duet (a Python program, and the HTTP service):
 - settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`,
   :class:`ModelSettings`, :class:`GroundingSettings`, :data:`ReasoningOutput` (how reasoning is shown),
   and their defaults :data:`DEFAULT_BASE_URL`, :data:`DEFAULT_PIPELINE_NAME`, :data:`DEFAULT_REASONING_OUTPUT`;
-- events (the ``DuetEvent`` union, :data:`DuetEvent`): :class:`ReasoningDelta`, :class:`ContentDelta`,
-  :class:`ToolCallsRequested` (of :class:`ToolCall` objects), :class:`Usage`, :class:`Finished` (with its
+- events (the ``DuetEvent`` union, :data:`DuetEvent`): :class:`ReasoningDelta` (:class:`ReusedReasoning`:
+  a retry's reused reasoning), :class:`ContentDelta`, :class:`ToolCallsRequested` (of :class:`ToolCall`
+  objects), :class:`Usage` (its :data:`UsageOrigin`), :class:`Finished` (with its
   :data:`FinishReason`), :class:`Failed`; :class:`ReasoningParagraphs` — how reasoning from two sources
   is joined; an event's ``source`` is an agent of the team: :data:`REASONER_NAME`, :data:`ANSWERER_NAME`,
   :data:`GROUNDER_NAME`;
@@ -67,15 +69,17 @@ from duet.agents._events import (
     FinishReason,
     ReasoningDelta,
     ReasoningParagraphs,
+    ReusedReasoning,
     ToolCall,
     ToolCallsRequested,
     Usage,
+    UsageOrigin,
 )
 from duet.agents._grounding import GroundingAgent
 from duet.agents._ids import random_id
 from duet.agents._names import ANSWERER_NAME, GROUNDER_NAME, REASONER_NAME
 from duet.agents._observe import ModelCallObserver, RunObserver, Stage, StoreOutcome, ToolCallObserver
-from duet.agents._options import AnswerOptions
+from duet.agents._options import AnswerOptions, ReasoningEffort
 from duet.agents._reasoning_agent import ReasoningAgent
 from duet.agents._request import DuetRequest
 from duet.agents._run import RunNotBoundError
@@ -123,8 +127,10 @@ __all__ = [
     "ReasonerSettings",
     "ReasoningAgent",
     "ReasoningDelta",
+    "ReasoningEffort",
     "ReasoningOutput",
     "ReasoningParagraphs",
+    "ReusedReasoning",
     "RunNotBoundError",
     "RunObserver",
     "RunToken",
@@ -141,6 +147,7 @@ __all__ = [
     "UpstreamTimeout",
     "UpstreamUnreachable",
     "Usage",
+    "UsageOrigin",
     "build_team",
     "conversation_from_openai",
     "export_team",

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Iterator, Sequence
+from typing import Any, AsyncGenerator, Iterator, Mapping, Sequence
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -20,6 +20,7 @@ from autogen_core.models import (
     LLMMessage,
     RequestUsage,
     SystemMessage,
+    UserMessage,
 )
 from autogen_core.tools import BaseTool, ToolResult, ToolSchema, Workbench
 from autogen_core.tools._workbench import StreamWorkbench  # not exported by autogen_core.tools (0.7.5)
@@ -52,9 +53,14 @@ from duet.agents._thinking import ReasoningSplitter
 logger = logging.getLogger(__name__)
 
 REASONING_PREAMBLE = (
-    "A reasoning model has thought this conversation through before you. Use its reasoning to "
-    "write your reply (and to decide on tool calls); do not repeat it verbatim.\n<reasoning>\n{reasoning}\n</reasoning>"
+    "A reasoning model thinks each user turn through before you answer it. Its reasoning follows the user's "
+    "message, between <reasoning> and </reasoning> (with any retrieved context before it): use it to write your "
+    "reply and to decide on tool calls; do not repeat it verbatim, and do not write such notes yourself."
 )
+"""The answer model's one fixed word on the reasoning notes (in its system message: the same bytes every turn)."""
+
+REASONING_NOTE = "\n\n<reasoning>\n{reasoning}\n</reasoning>"
+"""How a user turn's reasoning follows the user's message in the answer model's prompt."""
 
 ANSWER_REASONING_LABEL = "[the answer model's own reasoning]\n"
 """Starts the answer model's own reasoning in the reasoning stream, when it follows the reasoner's."""
@@ -92,7 +98,7 @@ class _AnswerTurn:
     tools: list[ToolSchema]
     tool_choice: Any  # "auto", "none", "required" or the chosen tool
     history: list[LLMMessage]  # the prompt, and the rounds of service tools so far
-    create_args: dict[str, Any]
+    create_args: Mapping[str, Any]
     reasoning: str  # the reasoner's (the model's own, after it, is labelled)
     pass_back: bool  # the model's own reasoning goes back on its tool-calling turns
     carries_reasoning: bool  # the history holds some of the model's own reasoning
@@ -121,6 +127,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
 
     component_config_schema = AnswerAgentConfig
     component_provider_override = "duet.agents.AnswerAgent"
+    _model_client: ChatCompletionClient  # always given (only the grounding agent has none)
 
     def __init__(
         self,
@@ -140,28 +147,33 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         self._max_tool_rounds = max_tool_rounds
         self._pass_reasoning_back = pass_reasoning_back
 
-    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str, grounding: str = "") -> list[LLMMessage]:
-        """System instructions (ours, the client's, the retrieved context, the reasoning) merged into
-        one leading system message, which every OpenAI-compatible server accepts; then the conversation."""
+    def _prompt(self, conversation: Sequence[LLMMessage], reasoning: str, grounding: str = "",
+                notes: Mapping[int, tuple[str, str]] | None = None) -> list[LLMMessage]:
+        """One leading system message (ours, the client's, and, when reasoning is given, the fixed
+        preamble), which every OpenAI-compatible server accepts; then the conversation, each user turn
+        that was reasoned about followed, inside its message, by its reasoning (and retrieved context).
+
+        The reasoning goes with the user turn it was made for, never into the system message: the next
+        turn's request then starts with this one's, byte for byte (``notes``: the earlier turns' notes,
+        by index in ``conversation``, put back where they were), and the upstream's prompt cache holds."""
         instructions = [self._system_message] if self._system_message else []
         start = 0
         while start < len(conversation) and isinstance(conversation[start], SystemMessage):
-            instructions.append(conversation[start].content)  # type: ignore[union-attr]
+            instructions.append(conversation[start].content)  # type: ignore[arg-type]  # a SystemMessage's content is text
             start += 1
-        if grounding:
-            instructions.append(retrieved_context(grounding))
-        if reasoning:
-            instructions.append(REASONING_PREAMBLE.format(reasoning=reasoning))
-        head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
-        body = conversation[start:]
+        body = list(conversation[start:])
         if not self._model_client.model_info.get("vision", False):
             body = without_images(body)
+        if place_notes(body, start, reasoning, grounding, notes or {}):
+            instructions.append(REASONING_PREAMBLE)
+        head = [SystemMessage(content="\n\n".join(instructions))] if instructions else []
         return [*head, *body]
 
     async def _turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]:
         state = await self._begin(messages, run)
+        event: DuetEvent | Response
         for round_number in range(self._max_tool_rounds + 1):
             if cancellation_token.is_cancelled():
                 raise asyncio.CancelledError()
@@ -171,6 +183,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             text_parts = TextParts()
             thinking_parts = TextParts()  # the model's own reasoning in this round
             result: CreateResult | None = None
+            piece: str | CreateResult | None
             piece, stream, state.pass_back = await self._open_stream(
                 state.history, state.pass_back, state.carries_reasoning, run,
                 tools=tools, tool_choice=tool_choice, extra_create_args=state.create_args, cancellation_token=cancellation_token,
@@ -211,7 +224,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         workbench = self._workbench_for(run)
         options = run.options if run is not None else _DEFAULT_OPTIONS
         tools = await workbench.list_tools() if workbench is not None else []
-        history = self._prompt(conversation, reasoning, read_grounding(messages))
+        notes = await run.notes_recalled() if run is not None else None
+        history = self._prompt(conversation, reasoning, read_grounding(messages), notes)
         tool_choice: Any = options.tool_choice
         if tool_choice not in ("auto", "none", "required"):
             tool_choice = next((t for t in getattr(workbench, "tools", ()) if t.name == tool_choice), None)
@@ -249,7 +263,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         assert result is not None
         state.total = add_usage(state.total, result.usage)
         yield Usage(source=self.name, prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
-                    reasoning_tokens=getattr(result, "reasoning_tokens", 0))
+                    reasoning_tokens=getattr(result, "reasoning_tokens", 0), cached_tokens=getattr(result, "cached_tokens", 0))
 
     async def _tool_round(
         self, state: _AnswerTurn, result: CreateResult, answer: str, thinking_parts: TextParts, last_round: bool,
@@ -280,8 +294,8 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         state.turn += [self._asked(state, calls, answer, thinking_parts, result), FunctionExecutionResultMessage(content=results)]
         if client_calls:
             state.finished = True
-            for event in self._hand_off(state, client_calls, run):
-                yield event
+            for handing_off in self._hand_off(state, client_calls, run):  # the calls, then the handoff
+                yield handing_off
             return
         state.history += state.turn[-2:]
         if state.tool_choice != "none":
@@ -304,7 +318,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         names = [self._client_tool(state.workbench, call.name).client_name for call in client_calls]
         observe_client_tool_calls(run, names)
         yield ToolCallsRequested(
-            calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names)]
+            calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names, strict=True)]
         )
         yield Response(chat_message=client_handoff(self.name, client_calls, state.turn, state.total))
 
@@ -406,6 +420,52 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             max_tool_rounds=config.max_tool_rounds,
             pass_reasoning_back=config.pass_reasoning_back,
         )
+
+
+def reasoning_note(reasoning: str, grounding: str = "") -> str:
+    """What follows a user's message in the answer model's prompt: the retrieved context, the reasoning."""
+    note = "\n\n" + retrieved_context(grounding) if grounding else ""
+    return note + REASONING_NOTE.format(reasoning=reasoning) if reasoning else note
+
+
+def place_notes(body: list[LLMMessage], offset: int, reasoning: str, grounding: str,
+                notes: Mapping[int, tuple[str, str]]) -> bool:
+    """Appends to each user message of ``body`` its note (``notes``: (reasoning, grounding) by index in the
+    whole conversation, ``offset`` being the index of ``body[0]``); the latest user turn gets ``reasoning``
+    and ``grounding`` unless it has a note of its own, in which case reasoning that differs from it
+    (a reasoner that thought again on tool results) follows the results as a user message. True when a
+    note was placed."""
+    last_user = next((i for i in range(len(body) - 1, -1, -1) if isinstance(body[i], UserMessage)), None)
+    placed = False
+    for index, (earlier_reasoning, earlier_grounding) in notes.items():
+        at = index - offset
+        if 0 <= at < len(body) and at != last_user and isinstance(body[at], UserMessage):
+            placed = _append_note(body, at, reasoning_note(earlier_reasoning, earlier_grounding)) or placed
+    own = notes.get(last_user + offset) if last_user is not None else None
+    if own is not None and last_user is not None:
+        placed = _append_note(body, last_user, reasoning_note(*own)) or placed
+        rest = reasoning[len(own[0]):].lstrip("\n") if reasoning.startswith(own[0]) else reasoning
+        if rest:
+            body.append(UserMessage(content=reasoning_note(rest).lstrip("\n"), source="user"))
+            placed = True
+    elif last_user is not None:
+        placed = _append_note(body, last_user, reasoning_note(reasoning, grounding)) or placed
+    elif reasoning or grounding:
+        body.append(UserMessage(content=reasoning_note(reasoning, grounding).lstrip("\n"), source="user"))
+        placed = True
+    return placed
+
+
+def _append_note(body: list[LLMMessage], at: int, note: str) -> bool:
+    if not note:
+        return False
+    message = body[at]
+    content = message.content
+    if isinstance(content, str):
+        body[at] = UserMessage(content=content + note, source=message.source)  # type: ignore[union-attr]
+    else:
+        body[at] = UserMessage(content=[*content, note.lstrip("\n")], source=message.source)  # type: ignore[union-attr]
+    return True
 
 
 def _asks_for_reasoning(error: UpstreamStatusError) -> bool:

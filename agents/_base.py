@@ -154,6 +154,7 @@ class DuetAgent(BaseChatAgent):
         response: Response | None = None
         turn = self._turn(messages, run, cancellation_token)
         try:
+            item: DuetEvent | Response | None
             async for item in turn:
                 if isinstance(item, Response):
                     response = item
@@ -211,22 +212,29 @@ class DuetAgent(BaseChatAgent):
 
     def _model_stream(self, stage: Stage, run: DuetRun | None, messages: Sequence[LLMMessage], **kwargs: Any) -> Any:
         """The model client's ``create_stream(messages, **kwargs)``, told to the run's observer as a ``stage`` call."""
+        assert self._model_client is not None, "only an agent with a model client calls a model"
         stream = self._model_client.create_stream(messages, **kwargs)
         observer = observer_of(run)
         if observer is None:
             return stream
+        return observe_model_call(observer, stage, self._model_label(), stream)
+
+    def _model_label(self) -> str:
+        """The model the agent's calls ask for."""
         model = self._model_name
         if model is None:  # Duet's client names it; AutoGen's keeps it in its config (dumped once)
+            assert self._model_client is not None, "only an agent with a model client calls a model"
             model = getattr(self._model_client, "model", None)
             if not isinstance(model, str):
                 model = str(self._model_client.dump_component().config.get("model", ""))
             self._model_name = model
-        return observe_model_call(observer, stage, model, stream)
+        return model
 
     def _workbench_for(self, run: DuetRun | None) -> Workbench | None:
         return run.workbench if run is not None else self._workbench
 
     def _base_config(self) -> dict[str, Any]:
+        assert self._model_client is not None, "the config of an agent with a model client"
         config: dict[str, Any] = {
             "name": self.name,
             "description": self.description,

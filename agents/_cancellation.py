@@ -8,7 +8,7 @@ from typing import Any, Callable
 from autogen_core import CancellationToken
 
 
-def unlink(token: CancellationToken, callback: Callable[[], None]) -> None:
+def unlink(token: CancellationToken, callback: Callable[[], Any]) -> None:
     """Removes ``callback`` (the same object, or one equal to it) from what cancelling ``token``
     calls; nothing happens if it is not there. Relies on autogen-core 0.7.5's ``CancellationToken``
     (pinned): a list of callbacks under a lock."""
@@ -85,7 +85,7 @@ class RunToken(CancellationToken):
             if self._cancelled:
                 future.cancel()
                 return future
-            self._callbacks.append(future.cancel)
+            self._callbacks.append(future.cancel)  # type: ignore[arg-type]  # as the stock link_future: its bool is not read
         future.add_done_callback(self._unlink_done)
         return future
 

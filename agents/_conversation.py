@@ -59,7 +59,7 @@ class ImageURL(Image):
     serialised; a gateway only needs to pass the URL on.
     """
 
-    def __init__(self, url: str, detail: Literal["auto", "low", "high"] = "auto") -> None:  # noqa: D107
+    def __init__(self, url: str, detail: Literal["auto", "low", "high"] = "auto") -> None:
         self.url = url
         self.detail = detail
 
@@ -121,7 +121,7 @@ def _user_content(content: Any, param: str) -> str | list[str | Image]:
             if not isinstance(url, str) or not url:
                 raise ConversationError("image_url needs a url", f"{part_param}.image_url")
             detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
-            parts.append(ImageURL(url, detail if detail in ("auto", "low", "high") else "auto"))
+            parts.append(ImageURL(url, detail if detail in ("auto", "low", "high") else "auto"))  # type: ignore[arg-type]  # narrowed by the test
         else:
             raise ConversationError(f"unsupported content part type {kind!r}", f"{part_param}.type")
     return parts
@@ -298,10 +298,10 @@ def without_images(conversation: Sequence[LLMMessage]) -> list[LLMMessage]:
     out = list(conversation)
     for index, message in enumerate(out):
         # A text turn (nearly all of them) is passed over by its content's class, before isinstance.
-        if message.content.__class__ is not str and isinstance(message, UserMessage):
-            if any(isinstance(part, Image) for part in message.content):
-                text = "\n".join(part if isinstance(part, str) else "[image omitted]" for part in message.content)
-                out[index] = UserMessage(content=text, source=message.source)
+        if message.content.__class__ is not str and isinstance(message, UserMessage) \
+                and any(isinstance(part, Image) for part in message.content):
+            text = "\n".join(part if isinstance(part, str) else "[image omitted]" for part in message.content)
+            out[index] = UserMessage(content=text, source=message.source)
     return out
 
 

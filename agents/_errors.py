@@ -25,6 +25,10 @@ is one too (an ``except`` written for that keeps working)::
                                                 protocol's error body (duet.api); every error above
                                                 that reaches a client is mapped to one
 
+Inside the model client (:mod:`duet.agents.upstream`, never raised out of it): ``EventTooLarge``, a
+DuetError that becomes an ``UpstreamProtocolError``; ``ReadCancelled``, a cancellation (an
+``asyncio.CancelledError``, not an error) raised into a read its request's cancellation stopped.
+
 Warnings: ``OldTeamFileWarning`` (a ``FutureWarning``, :mod:`duet.agents.pipeline`): a team file names
 Duet's components by their old top-level names (``agents.AnswerAgent``, as Duet 0.1.0 exported them);
 it loads, and says so.
@@ -95,6 +99,8 @@ class UpstreamError(DuetError):
         self.error_type = error_type
         self.param = param
         self.retry_after = retry_after
+        self.retries = 0
+        """How often Duet's model client already tried the call again before giving up (its retry policy)."""
         super().__init__(self.detail)
 
     @property

@@ -21,6 +21,12 @@ class ReasoningDelta(BaseModel):
     source: str
 
 
+class ReusedReasoning(ReasoningDelta):
+    """Reasoning a retry of the same request reuses (:class:`~duet.agents.continuations.ReasoningLedger`):
+    no model was called for it. Rendered as any reasoning; the HTTP service holds its status line back
+    past it, so a retry whose answer model fails again gets the real status."""
+
+
 class ContentDelta(BaseModel):
     """A piece of the answer text."""
 
@@ -43,6 +49,11 @@ class ToolCallsRequested(BaseModel):
     calls: list[ToolCall]
 
 
+UsageOrigin = Literal["upstream", "estimate", "reused"]
+"""Where a usage figure comes from: the upstream's own count; Duet's estimate (a call Duet closed
+early, whose usage never arrived); a reasoning reused from an earlier request (no new tokens)."""
+
+
 class Usage(BaseModel):
     """Token usage of one model call; a request's usage is the sum of all of them."""
 
@@ -51,6 +62,8 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     reasoning_tokens: int = Field(0, description="Of the completion tokens, those spent on reasoning.")
+    cached_tokens: int = Field(0, description="Of the prompt tokens, those the upstream read from its prompt cache.")
+    origin: UsageOrigin = Field("upstream", description="upstream: counted by the upstream; estimate: by Duet; reused: none new.")
 
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]

@@ -163,7 +163,7 @@ class GroundingAgent(DuetAgent, Component[GroundingAgentConfig]):
         required string parameter (``query`` when the schema names none)."""
         if self._options.arguments is not None:
             return {key: _fill(value, query) for key, value in self._options.arguments.items()}
-        parameters: Mapping[str, Any] = (schema or {}).get("parameters") or {}
+        parameters: Mapping[str, Any] = (schema.get("parameters") if schema else None) or {}
         properties: Mapping[str, Any] = parameters.get("properties") or {}
         strings = [name for name, spec in properties.items() if isinstance(spec, Mapping) and spec.get("type") == "string"]
         required = [name for name in parameters.get("required") or [] if name in strings]
@@ -280,7 +280,7 @@ def _search_answer(text: str) -> dict[str, Any] | None:
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list) or not all(isinstance(item, dict) for item in results):
         return None
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def _source(number: int, item: dict[str, Any]) -> tuple[str, str]:

@@ -32,7 +32,7 @@ AnswerReply(text='Hello!', finish_reason='stop')
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, Sequence, get_args
 
 from autogen_agentchat.messages import (
@@ -48,7 +48,8 @@ from autogen_core.models import LLMMessage, RequestUsage
 
 from duet.agents._conversation import last_user_text
 from duet.agents._ids import new_message_id
-from duet.agents._names import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME, TEAM_NAME
+from duet.agents._names import ANSWERER_NAME  # noqa: F401 - the module docstring's example uses it
+from duet.agents._names import CLIENT, GROUNDER_NAME, REASONER_NAME, TEAM_NAME
 from duet.agents._events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCallsRequested
 
 
@@ -168,7 +169,7 @@ def _unset_fields() -> dict[str, Any]:
     """The fields of an AgentChat message that Duet does not set, given so that no default is
     computed: pydantic inspects a default factory's signature for every ``model_construct``, and
     AgentChat draws each id from ``uuid4``."""
-    return {"id": new_message_id(), "created_at": datetime.now(timezone.utc), "models_usage": None, "metadata": {}}
+    return {"id": new_message_id(), "created_at": datetime.now(UTC), "models_usage": None, "metadata": {}}
 
 
 _TASK_HANDOFF = HandoffMessage.model_construct(source=CLIENT, target=TEAM_NAME, content="", context=[], **_unset_fields())

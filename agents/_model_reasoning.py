@@ -102,7 +102,7 @@ def sent_reasoning(message: Mapping[str, Any], think_text: str) -> ModelReasonin
     for field in ("reasoning_content", "reasoning"):
         value = message.get(field)
         if isinstance(value, str) and value.strip():
-            return ModelReasoning(text=value, field=field)  # type: ignore[arg-type]
+            return ModelReasoning(text=value, field=field)
     details = message.get("reasoning_details")
     if isinstance(details, list) and details and all(isinstance(detail, dict) for detail in details):
         return ModelReasoning(text=details_text(details), field="reasoning_details", details=details)
@@ -119,7 +119,7 @@ def details_text(details: Sequence[Mapping[str, Any]]) -> str:
 def reasoned_messages(history: Sequence[LLMMessage]) -> list[ReasonedAssistantMessage]:
     """The messages of ``history`` that carry a model's reasoning (compared by class: an
     ``isinstance`` check against a pydantic model costs ten times more, on every message of every request)."""
-    return [message for message in history if message.__class__ is ReasonedAssistantMessage]  # type: ignore[misc]
+    return [message for message in history if message.__class__ is ReasonedAssistantMessage]
 
 
 def for_request(history: Sequence[LLMMessage], pass_back: bool, field: ReasoningField | None) -> list[LLMMessage]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, Iter
 from autogen_core.models import CreateResult
 
 if TYPE_CHECKING:
+    from duet.agents._events import Usage
     from duet.agents._run import DuetRun
 
 Stage = Literal["reasoner", "answer"]
@@ -66,6 +67,10 @@ class RunObserver(Protocol):
 
     def store_call(self, operation: str, outcome: StoreOutcome, seconds: float) -> None:
         """A continuation-store call (``get``, ``put``) ended."""
+
+    def usage(self, stage: Stage, usage: "Usage") -> None:
+        """Tokens a model call's result did not report: Duet's estimate for a call it closed early, or
+        none at all for a reasoning reused (``usage.origin``). Upstream counts come with :meth:`ModelCallObserver.ended`."""
 
 
 def observer_of(run: "DuetRun | None") -> RunObserver | None:
@@ -140,6 +145,14 @@ async def _observed_tool_call(watched: ToolCallObserver, call: Awaitable[_T]) ->
         raise
     watched.ended(bool(getattr(result, "is_error", False)), None)
     return result
+
+
+def observe_usage(run: "DuetRun | None", stage: Stage, usage: "Usage") -> None:
+    """``usage`` (an estimate, or a reuse) told to ``run``'s observer, if it takes such reports."""
+    observer = observer_of(run)
+    report = getattr(observer, "usage", None)  # an observer written before this hook takes none
+    if report is not None:
+        report(stage, usage)
 
 
 def observe_client_tool_calls(run: "DuetRun | None", tools: Iterable[str]) -> None:

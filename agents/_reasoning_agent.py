@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncGenerator, Iterator, Literal, Mapping, Sequence, Union
+import logging
+from dataclasses import dataclass, field
+from typing import Any, AsyncGenerator, Iterator, Literal, Mapping, Optional, Sequence, Union
 
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
@@ -19,8 +21,12 @@ from duet.workbenches import derived_from
 from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
 from duet.agents._cancellation import child_token, unlink_child
 from duet.agents._conversation import as_transcript, ends_with_tool_results
-from duet.agents._events import DuetEvent, ReasoningDelta, Usage
+from duet.agents._errors import UpstreamError, UpstreamStatusError, upstream_error_from_openai
+from duet.agents._events import DuetEvent, ReasoningDelta, ReusedReasoning, Usage
 from duet.agents._grounding import retrieved_context
+from duet.agents._observe import observe_usage
+from duet.agents._options import ReasoningEffort
+from duet.agents.continuations import DEFAULT_REUSE_SECONDS, Continuation, ReasoningLedger, fingerprint
 from duet.agents._messages import read_grounding, read_task, reasoning_reply, restores_reasoning
 from duet.agents.upstream import streaming_create_args
 from duet.agents._run import DuetRun
@@ -73,6 +79,30 @@ reasoning is pasted into the answer model's prompt, which must still fit a 16k-3
 DEFAULT_MAX_REASONING_SECONDS = 300.0
 """Five minutes of thinking before the answer starts is the most a person waiting should get."""
 
+OnReasonerFailure = Literal["answer_alone", "fail"]
+ClientControls = Literal["honour", "ignore"]
+
+EFFORT_SHARE: dict[str, float] = {"low": 0.25, "medium": 0.6, "high": 1.0}
+"""Of max_reasoning_chars, what an effort allows when the reasoner's upstream has no effort parameter."""
+CHARS_PER_TOKEN = 4
+"""A thinking budget in tokens, as a bound on the reasoning's characters (no budget parameter upstream)."""
+
+UNAVAILABLE_NOTE = "[the reasoning model was unavailable ({error}); the answer model answers alone]"
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Effort:
+    """How much the reasoner thinks on one request: not at all (``skip``), with these request fields
+    (``create_args``: the upstream's own effort or budget parameter), within ``max_chars``."""
+
+    skip: bool = False
+    create_args: dict[str, Any] = field(default_factory=dict)
+    max_chars: int | None = None
+    asked: tuple[Any, ...] = ()
+    """What the client asked (effort, budget): part of the reasoning ledger's key."""
+
 
 class ReasoningAgentOptions(DuetAgentOptions):
     """How the reasoning agent works: the fields its config and the YAML ``reasoner:`` section share."""
@@ -98,6 +128,30 @@ class ReasoningAgentOptions(DuetAgentOptions):
         description="Longest reasoning call, in seconds (from the request to the model on); then as for "
         "max_reasoning_chars. 0: no limit.",
     )
+    reuse_seconds: float = Field(
+        DEFAULT_REUSE_SECONDS, ge=0,
+        description="A retry of the same request (same key, conversation, tools and effort) within this many seconds "
+        "reuses the reasoning instead of calling the reasoning model again. 0: never.",
+    )
+    on_failure: OnReasonerFailure = Field(
+        "answer_alone", description="When the reasoning model is down (5xx, unreachable, timeout): 'answer_alone' (the "
+        "answer model answers without reasoning, and the reasoning stream says why) or 'fail' (the request fails). "
+        "Its 429 and other 4xx always fail the request.",
+    )
+    client_controls: ClientControls = Field(
+        "honour", description="The client's reasoning controls (reasoning_effort, reasoning.effort, thinking): "
+        "'honour' or 'ignore'.",
+    )
+    default_effort: Optional[ReasoningEffort] = Field(
+        None, description="The effort of requests that name none (none/minimal: no reasoner call). None: as configured.")
+    effort_parameter: Optional[str] = Field(
+        None, description="The reasoner upstream's effort field (e.g. 'reasoning_effort'): an effort is passed on in it; "
+        "without one, an effort bounds the reasoning's length (low 25 %, medium 60 %, high 100 % of max_reasoning_chars).",
+    )
+    budget_parameter: Optional[str] = Field(
+        None, description="The reasoner upstream's thinking-budget field (tokens, e.g. 'thinking_budget'); without one, "
+        "a budget bounds the reasoning to 4 characters a token.",
+    )
 
 
 class ReasoningAgentConfig(ReasoningAgentOptions, DuetAgentConfig):
@@ -122,6 +176,12 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         max_reasoning_chars, max_reasoning_seconds: when the reasoning reaches this length, or the
             call has run this long, the call is closed, a short note ends the reasoning stream, and
             the answer agent goes on with the reasoning so far (0: no limit).
+        reuse_seconds: a retry of the same request within this many seconds reuses the reasoning
+            (the run's :class:`~duet.agents.continuations.ReasoningLedger`) instead of calling the model.
+        on_failure: ``"answer_alone"``: a failing reasoning model costs the request its reasoning, not
+            its answer (the reasoning stream says why); ``"fail"``: the request fails.
+        client_controls, default_effort, effort_parameter, budget_parameter: how the client's reasoning
+            effort or thinking budget drives the reasoner (``none``/``minimal``/a budget of 0: no call).
 
     Example (no model is called before the agent's first turn):
 
@@ -133,6 +193,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
 
     component_config_schema = ReasoningAgentConfig
     component_provider_override = "duet.agents.ReasoningAgent"
+    _model_client: ChatCompletionClient  # always given (only the grounding agent has none)
 
     def __init__(
         self,
@@ -147,6 +208,12 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         stop_after_thinking: bool = DEFAULT_STOP_AFTER_THINKING,
         max_reasoning_chars: int = DEFAULT_MAX_REASONING_CHARS,
         max_reasoning_seconds: float = DEFAULT_MAX_REASONING_SECONDS,
+        reuse_seconds: float = DEFAULT_REUSE_SECONDS,
+        on_failure: OnReasonerFailure = "answer_alone",
+        client_controls: ClientControls = "honour",
+        default_effort: ReasoningEffort | None = None,
+        effort_parameter: str | None = None,
+        budget_parameter: str | None = None,
     ) -> None:
         super().__init__(
             name, description, model_client, system_message=system_message, workbench=workbench, tools=tools
@@ -155,6 +222,12 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         self._stop_after_thinking = stop_after_thinking
         self._max_reasoning_chars = max_reasoning_chars
         self._max_reasoning_seconds = max_reasoning_seconds
+        self._reuse_seconds = reuse_seconds
+        self._on_failure = on_failure
+        self._client_controls = client_controls
+        self._default_effort = default_effort
+        self._effort_parameter = effort_parameter
+        self._budget_parameter = budget_parameter
 
     def _prompt(self, conversation: Sequence[LLMMessage], tools: Sequence[ToolSchema], grounding: str = "") -> list[LLMMessage]:
         turns: list[LLMMessage] = []
@@ -176,30 +249,53 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         self, messages: Sequence[BaseChatMessage], run: DuetRun | None, cancellation_token: CancellationToken
     ) -> AsyncGenerator[DuetEvent | Response, None]:
         conversation, _ = read_task(messages)
-        if ends_with_tool_results(conversation) and not self._rethinks(messages):
+        effort = self.effort(run)
+        if effort.skip or (ends_with_tool_results(conversation) and not self._rethinks(messages)):
             yield Response(chat_message=reasoning_reply(self.name, ""))
             return
-        prompt = await self._prompt_of(conversation, messages, run)
+        grounding = read_grounding(messages)
+        prompt = await self._prompt_of(conversation, grounding, run)
         if cancellation_token.is_cancelled():  # the client already left: start no model call
             raise asyncio.CancelledError()
+        reuse = self._reuse(run, prompt, effort)
+        kept = await reuse.find() if reuse is not None and reuse.seconds > 0 else None
+        if kept is not None:
+            for event in self._replay(kept, run):
+                yield event
+            return
+        try:
+            async for item in self._think(prompt, run, cancellation_token, effort):
+                if isinstance(item, Response) and reuse is not None:
+                    reuse.keep(getattr(item.chat_message, "content", ""), grounding)
+                yield item
+        except Exception as exc:
+            if self._on_failure == "fail" or not _model_down(exc):
+                raise
+            for event in self._answer_alone(exc):
+                yield event
+
+    async def _think(
+        self, prompt: list[LLMMessage], run: DuetRun | None, cancellation_token: CancellationToken, effort: Effort
+    ) -> AsyncGenerator[DuetEvent | Response, None]:
+        """The model call: its reasoning streamed, cut at ``effort.max_chars`` or the time limit; then the
+        usage and the reply."""
         call_token, timer = self._call_token(cancellation_token)
-        max_chars = self._max_reasoning_chars or None
+        max_chars = effort.max_chars
         splitter = ReasoningSplitter()
         parts = TextParts()
         size = 0
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
-        stream = self._model_stream(
-            "reasoner", run, prompt, extra_create_args=streaming_create_args(self._model_client, {}), cancellation_token=call_token
-        )
+        stream = self._model_stream("reasoner", run, prompt, cancellation_token=call_token,
+                                    extra_create_args=streaming_create_args(self._model_client, effort.create_args))
         try:
             async for piece in stream:
                 if isinstance(piece, CreateResult):
                     result = piece
                     break
                 reasoning, content = splitter.feed(piece)
-                piece = None  # type: ignore[assignment]  # split: not kept while the next one is awaited
+                piece = None  # split: not kept while the next one is awaited
                 if content and self._stop_after_thinking and splitter.reasoning_finished:
                     content = ""  # the thinking is complete and a draft answer begins: stop here
                     stopped = True
@@ -224,14 +320,60 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 timer.cancel()
                 unlink_child(cancellation_token, call_token)
             await stream.aclose()
-        for event in self._end(prompt, splitter, parts, limit_note, result):
+        for event in self._end(prompt, splitter, parts, limit_note, result, run):
             yield event
 
-    async def _prompt_of(self, conversation: list[LLMMessage], messages: Sequence[BaseChatMessage], run: DuetRun | None) -> list[LLMMessage]:
+    def effort(self, run: DuetRun | None) -> Effort:
+        """How much to think on ``run``'s request: the client's effort or budget (unless ignored), else the default."""
+        options = run.options if run is not None and self._client_controls == "honour" else None
+        level = (options.reasoning_effort if options is not None else None) or self._default_effort
+        budget = options.reasoning_budget if options is not None else None
+        limit = self._max_reasoning_chars or None
+        if budget == 0 or level in ("none", "minimal"):
+            return Effort(skip=True)
+        if budget is not None:
+            if self._budget_parameter:
+                return Effort(create_args={self._budget_parameter: budget}, max_chars=limit, asked=(level, budget))
+            return Effort(max_chars=min(limit or budget * CHARS_PER_TOKEN, budget * CHARS_PER_TOKEN), asked=(level, budget))
+        if level is None:
+            return Effort(max_chars=limit)
+        if self._effort_parameter:
+            return Effort(create_args={self._effort_parameter: level}, max_chars=limit, asked=(level,))
+        share = int((limit or DEFAULT_MAX_REASONING_CHARS) * EFFORT_SHARE[level])
+        return Effort(max_chars=share, asked=(level,))
+
+    def _reuse(self, run: DuetRun | None, prompt: list[LLMMessage], effort: Effort) -> "_Reuse | None":
+        """Where this request's reasoning is kept for its retries (``None``: no reuse)."""
+        ledger = run.ledger if run is not None else None
+        if ledger is None or run is None:
+            return None
+        seconds = ledger.window(self._reuse_seconds)
+        if seconds <= 0 and run.note_digest is None:
+            return None
+        digest = fingerprint(prompt, self._model_label(), effort.asked, effort.create_args, effort.max_chars)
+        return _Reuse(ledger, seconds, run.request.owner, run.request.pipeline, digest, run.note_digest)
+
+    def _replay(self, kept: Continuation, run: DuetRun | None) -> Iterator[DuetEvent | Response]:
+        """A reasoning kept for this very request: streamed again, no model called, no new tokens."""
+        if kept.reasoning:
+            yield ReusedReasoning(text=kept.reasoning, source=self.name)
+        usage = Usage(source=self.name, prompt_tokens=0, completion_tokens=0, origin="reused")
+        observe_usage(run, "reasoner", usage)
+        yield usage
+        yield Response(chat_message=reasoning_reply(self.name, kept.reasoning, RequestUsage(prompt_tokens=0, completion_tokens=0)))
+
+    def _answer_alone(self, error: Exception) -> Iterator[DuetEvent | Response]:
+        """The reasoning model failed: the client is told why, and the answer model answers without reasoning."""
+        detail = str(error) if isinstance(error, UpstreamError) else type(error).__name__
+        logger.warning("%s failed; the answer model answers alone: %s", self.name, detail)
+        yield ReasoningDelta(text=UNAVAILABLE_NOTE.format(error=detail), source=self.name)
+        yield Response(chat_message=reasoning_reply(self.name, ""))
+
+    async def _prompt_of(self, conversation: list[LLMMessage], grounding: str, run: DuetRun | None) -> list[LLMMessage]:
         """The prompt of the turn: the conversation, the tools the answer agent will have, the retrieved context."""
         workbench = self._workbench_for(run)
         tools = await workbench.list_tools() if workbench is not None else []
-        return self._prompt(conversation, tools, read_grounding(messages))
+        return self._prompt(conversation, tools, grounding)
 
     def _call_token(self, cancellation_token: CancellationToken) -> tuple[CancellationToken, asyncio.TimerHandle | None]:
         """The model call's token: the request's, or, with ``max_reasoning_seconds``, a token of its own,
@@ -248,7 +390,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         return not (cancellation_token.is_cancelled() or not call_token.is_cancelled() or (current and current.cancelling()))
 
     def _end(self, prompt: list[LLMMessage], splitter: ReasoningSplitter, parts: TextParts, limit_note: str,
-             result: CreateResult | None) -> Iterator[DuetEvent | Response]:
+             result: CreateResult | None, run: DuetRun | None) -> Iterator[DuetEvent | Response]:
         """Why the reasoning ends early (the client sees it; the answer agent goes on with it), or what
         the splitter still held; then the usage, and the reply."""
         if limit_note:
@@ -262,11 +404,15 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 yield ReasoningDelta(text=reasoning + content, source=self.name)
         if result is not None:
             usage = result.usage
-        else:
+        else:  # closed early by design (end of thinking, a limit): its usage never arrived
             usage = RequestUsage(prompt_tokens=estimate_tokens(prompt), completion_tokens=len(parts))
         # All the reasoner writes is reasoning to the client (a draft answer after it is never shown).
-        yield Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                    reasoning_tokens=usage.completion_tokens)
+        event = Usage(source=self.name, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                      reasoning_tokens=usage.completion_tokens, cached_tokens=getattr(result, "cached_tokens", 0),
+                      origin="upstream" if result is not None else "estimate")
+        if result is None:
+            observe_usage(run, "reasoner", event)  # an upstream's own count reaches the observer with its result
+        yield event
         yield Response(chat_message=reasoning_reply(self.name, parts.join().strip(), usage))
 
     def _rethinks(self, messages: Sequence[BaseChatMessage]) -> bool:
@@ -282,6 +428,12 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             stop_after_thinking=self._stop_after_thinking,
             max_reasoning_chars=self._max_reasoning_chars,
             max_reasoning_seconds=self._max_reasoning_seconds,
+            reuse_seconds=self._reuse_seconds,
+            on_failure=self._on_failure,
+            client_controls=self._client_controls,
+            default_effort=self._default_effort,
+            effort_parameter=self._effort_parameter,
+            budget_parameter=self._budget_parameter,
         )
 
     @classmethod
@@ -293,4 +445,41 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             stop_after_thinking=config.stop_after_thinking,
             max_reasoning_chars=config.max_reasoning_chars,
             max_reasoning_seconds=config.max_reasoning_seconds,
+            reuse_seconds=config.reuse_seconds,
+            on_failure=config.on_failure,
+            client_controls=config.client_controls,
+            default_effort=config.default_effort,
+            effort_parameter=config.effort_parameter,
+            budget_parameter=config.budget_parameter,
         )
+
+
+def _model_down(error: Exception) -> bool:
+    """The reasoning model is down (5xx, unreachable, silent, broken off, garbage): the answer model can
+    answer alone. Its 429 and 4xx are not: a rate limit is passed on with its Retry-After (the client
+    retries when it may), a refused request or a wrong key are not mended by skipping the reasoning."""
+    upstream = error if isinstance(error, UpstreamError) else upstream_error_from_openai(error, None)
+    if upstream is None:
+        return False
+    if isinstance(upstream, UpstreamStatusError):
+        return upstream.upstream_status is None or upstream.upstream_status >= 500
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Reuse:
+    """One request's place in the reasoning ledger."""
+
+    ledger: ReasoningLedger
+    seconds: float
+    owner: str
+    pipeline: str
+    digest: str
+    prefix_digest: str | None  # the conversation's, when the reasoning is about its latest user turn
+
+    async def find(self) -> Continuation | None:
+        return await self.ledger.find(self.owner, self.pipeline, self.digest)
+
+    def keep(self, reasoning: str, grounding: str) -> None:
+        self.ledger.keep(self.owner, self.pipeline, self.digest, reasoning, grounding, reuse_seconds=self.seconds,
+                         prefix_digest=self.prefix_digest)

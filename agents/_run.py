@@ -26,6 +26,7 @@ from duet.agents._options import AnswerOptions
 
 if TYPE_CHECKING:
     from duet.agents._observe import RunObserver
+    from duet.agents.continuations import ReasoningLedger
 
 
 async def _never_full() -> None:
@@ -59,6 +60,7 @@ class DuetRun:
     calls' reads too (backpressure), and the events waiting for a reader stay bounded.
     ``request`` is the request the workbench hands its service tools (the same object).
     ``observer`` watches the run's model, tool and store calls (:mod:`duet.agents._observe`).
+    ``ledger`` keeps the reasoning of the pipeline's requests for their retries.
 
     A run may hold one turn started ahead of the team (:meth:`head_start`): the agent that speaks
     first starts its turn before the team routes the task to it (:meth:`head_start_under_way`).
@@ -70,11 +72,28 @@ class DuetRun:
     options: AnswerOptions = field(default_factory=AnswerOptions)
     request: RequestContext = field(default_factory=RequestContext)
     observer: "RunObserver | None" = None
+    ledger: "ReasoningLedger | None" = None
+    """The pipeline's reasoning already paid for (a retry of the same request reuses it)."""
+    notes: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """The reasoning (and retrieved context) earlier user turns were answered with, by the index of the
+    user message in the conversation: put back where they were in the answer model's prompt. Fetched
+    while the reasoner thinks: complete once :meth:`notes_recalled` returns."""
+    note_digest: str | None = None
+    """The digest of the conversation, when it ends with the user turn the reasoner thinks about: the
+    key its reasoning is kept under as that turn's note."""
+    recalling: "Awaitable[None] | None" = None
     _head_start: _HeadStart | None = None
 
     @property
     def request_id(self) -> str:
         return self.request.request_id
+
+    async def notes_recalled(self) -> dict[int, tuple[str, str]]:
+        """:attr:`notes`, once the store has answered (or failed: then the notes it could not give are missing)."""
+        recalling, self.recalling = self.recalling, None
+        if recalling is not None:
+            await recalling
+        return self.notes
 
     def head_start(self, agent: str, messages: Sequence[Any], turn: EarlyTurn) -> None:
         """Keeps ``turn``, which ``agent`` started on ``messages`` before the team handed them over."""
@@ -85,7 +104,7 @@ class DuetRun:
         now hands it), or ``None``. Taken once: from here on the agent owns it."""
         early = self._head_start
         if early is None or early.agent != agent or len(early.messages) != len(messages) \
-                or any(a is not b for a, b in zip(early.messages, messages)):
+                or any(a is not b for a, b in zip(early.messages, messages, strict=True)):
             return None
         self._head_start = None
         return early.turn
@@ -115,7 +134,7 @@ def current_run() -> DuetRun | None:
     return _current_run.get()
 
 
-class bind_run:  # noqa: N801 - used as a function: ``with bind_run(run):``
+class bind_run:  # used as a function: ``with bind_run(run):``
     """Binds ``run`` for the ``with`` block: to the calling task, and to every task created inside
     the block (start the team's runtime inside it). Unbound when the block ends, however it ends.
     (A class, not a generator: it lasts as long as the run, and a generator's frame costs more.)

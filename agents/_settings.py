@@ -63,7 +63,7 @@ class ModelSettings(ModelClientOptions):
         """The model client's config: these settings' client fields, with ``model_info`` merged over
         ``default_info`` (by default, the part's :attr:`default_model_info`)."""
         info = dict(default_info or self.default_model_info) | dict(self.model_info or {})
-        return OpenAICompatibleClientConfig(**_fields(self, ModelClientOptions), model_info=info)  # type: ignore[arg-type]
+        return OpenAICompatibleClientConfig(**_fields(self, ModelClientOptions), model_info=info)
 
     def build_client(self, default_info: ModelInfo | None = None) -> ChatCompletionClient:
         """Creates the model client (with its connection pool): once per pipeline, at startup."""
@@ -103,6 +103,12 @@ class ReasonerSettings(ReasoningAgentOptions, ModelSettings):
     """The ``reasoner:`` section: its model, and the reasoning agent's options."""
 
     default_model_info: ClassVar[ModelInfo] = REASONER_MODEL_INFO
+
+    max_retries: int = Field(
+        0, ge=0, description="Retries of a reasoning call that failed before any answer (a call on a pooled connection "
+        "the server had closed is retried anyway). 0 by default: a failing reasoner costs one attempt, and the answer "
+        "model answers alone (on_failure).",
+    )
 
     def agent_options(self) -> ReasoningAgentOptions:
         """The reasoning agent's options these settings set (its constructor's keywords)."""

@@ -132,10 +132,12 @@ class ServiceConfig:
             try:
                 if isinstance(pipeline, TeamPipelineSettings):
                     duets[pipeline.name] = Duet.from_team(pipeline.team_file, name=pipeline.name,
-                                                          reasoning_output=pipeline.reasoning_output, continuations=continuations)
+                                                          reasoning_output=pipeline.reasoning_output, continuations=continuations,
+                                                          reuse_seconds=self.options.reasoning_reuse_seconds)
                 else:
-                    duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations)
-            except Exception as exc:  # noqa: BLE001 - a function tool that does not import, a broken team file
+                    duets[pipeline.name] = Duet.from_settings(pipeline, continuations=continuations,
+                                                              reuse_seconds=self.options.reasoning_reuse_seconds)
+            except Exception as exc:  # a function tool that does not import, a broken team file
                 raise ConfigError(f"{self.origin_of(pipeline)}: {exc}") from exc
         return duets
 

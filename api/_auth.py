@@ -58,7 +58,7 @@ class BearerAuth:
             token = headers.get("x-api-key", "")
         given = token.strip().encode()
         owner = None
-        for key, key_owner in zip(self._keys, self._owners):  # every key compared: the time does not tell which matched
+        for key, key_owner in zip(self._keys, self._owners, strict=True):  # every key compared: the time does not tell which matched
             if hmac.compare_digest(given, key):
                 owner = key_owner
         return owner

@@ -14,6 +14,10 @@ connection broken off                  502     ``upstream_disconnected``
 cannot connect                         503     ``upstream_unavailable``
 silence past the read timeout          504     ``upstream_timeout``
 =====================================  ======  =============================================
+
+Statuses after Duet's own retries (502 for an upstream 5xx or its credentials, 503, a 429 Duet already
+retried) carry ``x-should-retry: false``, so the openai and anthropic SDKs do not multiply the calls; a
+429 passed on at once carries ``x-should-retry: true`` (the retry reuses the reasoning already paid for).
 """
 
 from __future__ import annotations
@@ -74,6 +78,12 @@ class APIError(DuetError):
         return JSONResponse(self.body(), status_code=self.status, headers=merged)
 
 
+SHOULD_RETRY = "x-should-retry"
+"""The header the openai and anthropic SDKs obey over their own retry rules."""
+NO_RETRY = {SHOULD_RETRY: "false"}
+"""On an upstream failure Duet already retried (5xx, unreachable) or that a retry cannot mend (its credentials):
+the client's SDK does not multiply the calls again."""
+
 UPSTREAM_CLIENT_ERRORS = (400, 404, 413, 422)
 """Upstream statuses that mean the request itself was refused (too long a context, ...): the client's 400."""
 
@@ -83,8 +93,8 @@ def upstream_api_error(exc: UpstreamError) -> APIError:
     status = exc.upstream_status
     if isinstance(exc, UpstreamTimeout):
         return APIError(504, exc.message, type="upstream_error", code="upstream_timeout")
-    if isinstance(exc, UpstreamUnreachable):
-        return APIError(503, exc.message, type="upstream_error", code="upstream_unavailable")
+    if isinstance(exc, UpstreamUnreachable):  # Duet already retried connecting: a client's retries would only multiply
+        return APIError(503, exc.message, type="upstream_error", code="upstream_unavailable", headers=NO_RETRY)
     if isinstance(exc, UpstreamProtocolError):
         return APIError(502, exc.message, type="upstream_error", code="upstream_protocol_error")
     if isinstance(exc, UpstreamStatusError):
@@ -92,12 +102,16 @@ def upstream_api_error(exc: UpstreamError) -> APIError:
             return APIError(400, exc.message, type=exc.error_type or "invalid_request_error", param=exc.param,
                             code=exc.code or "upstream_invalid_request")
         if status == 429:
-            headers = {"Retry-After": exc.retry_after} if exc.retry_after else None
+            # Passed on at once, a retry after Retry-After is cheap (the reasoning it repeats is reused); after
+            # Duet's own retries, the client's would multiply them.
+            headers = {"Retry-After": exc.retry_after} if exc.retry_after else {}
+            headers[SHOULD_RETRY] = "false" if exc.retries else "true"
             return APIError(429, exc.message, type=exc.error_type or "rate_limit_error", code=exc.code or "rate_limit_exceeded",
                             headers=headers)
         if status in (401, 403):  # Duet's own upstream credentials: never a 401 that blames the client's key
-            return APIError(502, exc.message, type="upstream_error", code="upstream_auth")
-        return APIError(502, exc.message, type="upstream_error", code=exc.code if status is None and exc.code else "upstream_error")
+            return APIError(502, exc.message, type="upstream_error", code="upstream_auth", headers=NO_RETRY)
+        code = exc.code if status is None and exc.code else "upstream_error"
+        return APIError(502, exc.message, type="upstream_error", code=code, headers=NO_RETRY if status else None)
     return APIError(502, exc.message, type="upstream_error", code="upstream_disconnected")
 
 

@@ -81,5 +81,5 @@ class Readiness:
         return {
             getattr(client, "model", "upstream"): _failure(result) if isinstance(result, BaseException) else
             ("ok" if result is not False else "not ready")
-            for client, result in zip(probes, results)
+            for client, result in zip(probes, results, strict=True)
         }

@@ -38,7 +38,7 @@ _ERROR_STATUSES = {
     "503": "Duet at its concurrency limit or shutting down, or the upstream unreachable (Retry-After).",
     "504": "The upstream was silent past its read timeout.",
 }
-_SECURITY = [{"bearer": []}, {"x-api-key": []}]
+_SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {"x-api-key": []}]
 
 
 def _components() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

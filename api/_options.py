@@ -16,7 +16,7 @@ from typing import AbstractSet, Any, Literal, Mapping
 
 from pydantic import BaseModel
 
-from duet.agents import AnswerOptions
+from duet.agents import AnswerOptions, ReasoningEffort
 from duet.workbenches import ProxyTool, model_safe_name
 
 from duet.api._errors import APIError
@@ -49,6 +49,10 @@ class AskedOptions:
     """At most one tool call (Chat Completions' legacy ``functions``)."""
     error_code: str | None = None
     """The ``code`` of this protocol's refusals of a tool choice."""
+    reasoning_effort: ReasoningEffort | None = None
+    """How much the client wants the model to think (none/minimal: no reasoner call)."""
+    reasoning_budget: int | None = None
+    """The client's thinking budget in tokens (0: thinking disabled)."""
 
 
 def sampling_args(request: BaseModel, fields: Mapping[str, str]) -> dict[str, Any]:
@@ -85,5 +89,6 @@ def answer_options(asked: AskedOptions, tools: list[ProxyTool],
     elif tool_choice == "required" and not has_tools:
         raise APIError(400, f"{choice.param} is '{choice.spelled}', but the request has no tools", param=choice.param,
                        code=asked.error_code)
-    options = AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=asked.single_tool_call)
+    options = AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=asked.single_tool_call,
+                            reasoning_effort=asked.reasoning_effort, reasoning_budget=asked.reasoning_budget)
     return options, tools

@@ -54,9 +54,11 @@ class ResponseWriter(Protocol):
     def function_call(self, call: ToolCall) -> None:
         """The one call a legacy ``functions`` client gets."""
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int,
+               cached_tokens: int = 0) -> None:
         """The response is complete; the token counts are the whole run's (``reasoning_tokens``, part of
-        ``completion_tokens``: the reasoning model's output tokens and the answer model's own reasoning tokens)."""
+        ``completion_tokens``: the reasoning model's output tokens and the answer model's own reasoning tokens;
+        ``cached_tokens``, part of ``prompt_tokens``: what the upstreams read from their prompt caches)."""
 
     def error(self, error: APIError) -> None:
         """The run failed after the response began."""
@@ -75,7 +77,7 @@ class Batched:
         out = self._out
         if not out:
             return b""
-        self._out = []
+        self._out = []  # type: ignore[misc]  # the slot is declared by each writer class
         return out[0] if len(out) == 1 else b"".join(out)
 
 
@@ -90,7 +92,7 @@ class Renderer:
 
     __slots__ = (
         "_writer", "_content", "_reasoning", "_legacy", "_paragraphs", "_think_open", "_calls", "_prompt_tokens", "_completion_tokens",
-        "_reasoning_tokens",
+        "_reasoning_tokens", "_cached_tokens",
     )
 
     def __init__(self, writer: ResponseWriter, reasoning_output: ReasoningOutput, legacy: bool) -> None:
@@ -105,6 +107,7 @@ class Renderer:
         self._prompt_tokens = 0
         self._completion_tokens = 0
         self._reasoning_tokens = 0
+        self._cached_tokens = 0
 
     def start(self) -> None:
         self._writer.start()
@@ -123,6 +126,7 @@ class Renderer:
             case Usage():
                 self._prompt_tokens += event.prompt_tokens
                 self._completion_tokens += event.completion_tokens
+                self._cached_tokens += event.cached_tokens
                 if event.source == REASONER_NAME:
                     # The reasoner's output is all reasoning; an answer model's own reasoning is what its upstream reported.
                     self._reasoning_tokens += event.completion_tokens
@@ -138,7 +142,7 @@ class Renderer:
                 reason: WireFinishReason = event.finish_reason
                 if self._legacy and reason == "tool_calls":
                     reason = "function_call"
-                self._writer.finish(reason, self._prompt_tokens, self._completion_tokens, self._reasoning_tokens)
+                self._writer.finish(reason, self._prompt_tokens, self._completion_tokens, self._reasoning_tokens, self._cached_tokens)
             case Failed():
                 if self._think_open:
                     self._close_think()

@@ -32,8 +32,8 @@ def protocol_endpoint(protocol: WireProtocol[Any], auth: Callable[[Request], Awa
     async def endpoint(request: Request) -> Response:
         try:
             owner = await auth(request)  # whose stored state the request reads and writes
-            return await request.app.state.service.create(request, protocol, owner)  # type: ignore[no-any-return]
-        except Exception as exc:  # every failure is the protocol's error body (Starlette would log a traceback)
+            return await request.app.state.service.create(request, protocol, owner)
+        except Exception as exc:  # noqa: BLE001 - every failure is the protocol's error body (Starlette would log a traceback)
             return protocol.error_response(as_api_error(exc))
 
     return endpoint
@@ -94,7 +94,7 @@ def retrieve_endpoint(responses: Responses, auth: Callable[[Request], Awaitable[
         try:
             owner = await auth(request)
             return JSONResponse(await responses.retrieve(request.path_params["response_id"], owner))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is the protocol's error body
             return responses.error_response(as_api_error(exc))
 
     return retrieve_response
@@ -107,7 +107,7 @@ def count_tokens_endpoint(anthropic: AnthropicMessages, auth: Callable[[Request]
         try:
             await auth(request)
             return await count_tokens(request.app.state.service, request)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is the protocol's error body
             return anthropic.error_response(as_api_error(exc))
 
     return messages_count_tokens
@@ -117,7 +117,7 @@ def models_endpoint() -> Callable[..., Awaitable[ModelList]]:
     """``GET /v1/models``: the pipelines served (a FastAPI route: its response model is in the API's schema)."""
 
     async def service(request: Request) -> Service:
-        return request.app.state.service  # type: ignore[no-any-return]
+        return request.app.state.service
 
     async def models(svc: Service = Depends(service)) -> ModelList:
         return svc.model_list()

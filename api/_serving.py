@@ -27,7 +27,19 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from duet.agents import Duet, DuetEvent, DuetRequest, DuetStream, Failed, Finished, ReasoningOutput, RunToken, random_id
+from duet.agents import (
+    Duet,
+    DuetEvent,
+    DuetRequest,
+    DuetStream,
+    Failed,
+    Finished,
+    ReasoningOutput,
+    ReusedReasoning,
+    RunToken,
+    Usage,
+    random_id,
+)
 from duet.agents.continuations import DEFAULT_OWNER
 from duet.api._errors import APIError, as_api_error
 from duet.api._limits import RequestGate, is_json, shutting_down
@@ -85,7 +97,8 @@ class Parsed(Protocol):
     """What a protocol's reader makes of a body: at least the pipeline it asks for (an attribute: read
     on every request's way)."""
 
-    model: str
+    @property
+    def model(self) -> str: ...  # read-only: a reader's NamedTuple field
 
 
 P = TypeVar("P", bound=Parsed)
@@ -311,8 +324,9 @@ class Service:
     ) -> Response:
         collector = asyncio.ensure_future(source.collect())
         stopped = self.gate.stopped
+        waited: set[asyncio.Future[Any]] = {collector, disconnected, stopped}
         try:
-            await asyncio.wait({collector, disconnected, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
             client_left = disconnected.done()
         finally:
             disconnected.cancel()
@@ -340,6 +354,10 @@ class Service:
             return protocol.error_response(result)
         headers = {UNSAVED_HEADER: ", ".join(wire_request.unsaved)} if wire_request.unsaved else None
         return TimedWriteResponse(JSONResponse(result.model_dump(mode="json"), headers=headers), self.options.write_timeout)
+
+
+_HELD_BACK = (ReusedReasoning, Usage)
+"""Events the status line is held back past: what a retry reuses of its first attempt, instantly."""
 
 
 class _EventSource:
@@ -374,9 +392,20 @@ class _EventSource:
         # Hold the status line back until the duet's first event, so failures that come fast (a
         # bad upstream key, an unreachable server) get a real HTTP status. A slow start is
         # committed after one ping interval: the client then sees keep-alives, not nothing.
-        self._first = await self._run.next_batch(timeout=self.first_wait)
-        if self._first and isinstance(self._first[0], Failed):
-            return self._protocol.error_response(as_api_error(self._first[0].error))
+        # Reasoning a retry reuses costs no wait: the status is held back past it, so a retry whose
+        # answer model fails again gets the real status (a 429 with its Retry-After), not a 200.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.first_wait
+        first = await self._run.next_batch(timeout=self.first_wait)
+        while first and all(type(event) in _HELD_BACK for event in first) and not self._run.ended:
+            more = await self._run.next_batch(timeout=max(0.0, deadline - loop.time()))
+            if not more:
+                break
+            first += more
+        self._first = first
+        failure = next((event for event in first if type(event) not in _HELD_BACK), None)
+        if isinstance(failure, Failed):
+            return self._protocol.error_response(as_api_error(failure.error))
         return None
 
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
@@ -394,6 +423,7 @@ class _EventSource:
     async def chunks(self) -> AsyncIterator[bytes]:
         assert self._renderer is not None and self._writer is not None
         render, take = self._renderer.render, self._writer.take
+        event: DuetEvent | None
         for event in self._first:
             render(event)
         # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.

@@ -105,6 +105,9 @@ class ServiceOptions(BaseModel):
     store_outage: Literal["answer", "refuse"] = Field(
         "answer", description="What a Responses request that asks to store (store: true, the default) gets while the store is known to be down: answer (the answer, saying store: false) or refuse (503 store_unavailable with Retry-After, before any model call)."
     )
+    reasoning_reuse_seconds: Optional[float] = Field(
+        None, ge=0, description="Overrides every pipeline's reasoner.reuse_seconds: how long a retry of the same request reuses its reasoning (0: never). Unset: each pipeline's own."
+    )
     # Request size
     max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body (413 above it).")
     max_pending_body_bytes: int = Field(
@@ -114,8 +117,10 @@ class ServiceOptions(BaseModel):
     max_messages: int = Field(4096, gt=0, description="Most messages in one request (400 above it).")
     max_tools: int = Field(128, gt=0, description="Most tools in one request, as OpenAI allows (400 above it).")
     # Connections and concurrency
-    max_concurrent_requests: int = Field(256, gt=0, description="Completions running at once (a request still sending its body does not count); more get 503 with Retry-After.")
-    max_connections: int = Field(1000, gt=0, description="Open client connections; at the cap the one slowest to send its head (else an idle kept-alive one) is closed to make room, else the new one. Lowered to fit the open-file limit.")
+    # Sized for reasoning streams (docs/performance.md, "Defaults"): a worker's core holds ~1,100 streams at
+    # 10 tokens/s; the cap keeps ~30 % of it for arrivals and latency, so duet_saturation_ratio near 1 means a busy core.
+    max_concurrent_requests: int = Field(768, gt=0, description="Completions running at once, per worker (a request still sending its body does not count); more get 503 with Retry-After. Sized for streams at about 10 tokens/s: lower it for faster models (docs/performance.md).")
+    max_connections: int = Field(4096, gt=0, description="Open client connections, per worker; at the cap the one slowest to send its head (else an idle kept-alive one) is closed to make room, else the new one. Lowered to fit the open-file limit (with an upstream connection for each running completion).")
     header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request's head (from a new connection's start, or from the head's first byte).")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request's body (408 after); also how long the rest of a refused body is skipped.")
     keep_alive_timeout: float = Field(
@@ -162,7 +167,7 @@ class ServiceOptions(BaseModel):
         return next((pipeline for alias, pipeline in self.model_aliases.items() if "*" in alias and fnmatchcase(model, alias)), None)
 
 
-class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
+class EnvSettings(ServiceOptions, BaseSettings):
     """Everything settable from the environment, and the service-wide options resolved.
 
     Each field is taken from the first source that sets it: the arguments given (``duet serve``
@@ -233,7 +238,7 @@ class EnvSettings(ServiceOptions, BaseSettings):  # type: ignore[misc]
             reasoning_output=self.reasoning_output,
             reasoner=reasoner,
             answer=AnswerSettings(base_url=self.answer_base_url, model=self.answer_model, api_key_env=KEY_VARIABLES["answer"]),
-            tools=ToolsSettings(functions=functions),  # type: ignore[arg-type]
+            tools=ToolsSettings(functions=functions),
             grounding=GroundingSettings(tools=grounding_tools) if grounding_tools else None,
         )
 
@@ -249,7 +254,7 @@ class TeamPipelineSettings(BaseModel):
 
 
 def _pipeline_kind(value: Any) -> str:
-    has_team = isinstance(value, dict) and "team_file" in value or isinstance(value, TeamPipelineSettings)
+    has_team = (isinstance(value, dict) and "team_file" in value) or isinstance(value, TeamPipelineSettings)
     return "team" if has_team else "models"
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextvars import ContextVar
-from typing import Any, AsyncIterator, Callable, Iterable, Protocol
+from typing import Any, AsyncIterator, Callable, Final, Iterable, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -63,26 +63,26 @@ class EventSource(Protocol):
 
 _abandoned = ContextVar("duet_abandoned_response", default=False)
 
-ABORT_CONNECTION = "duet.abort_connection"
+ABORT_CONNECTION: Final = "duet.abort_connection"
 """Scope key of a callable that drops the connection and whatever is still buffered for it (set by
 the edge server, :mod:`duet.api.server._server`): closing it would wait for a client that reads nothing."""
 
 
-HOLD_WRITES = "duet.hold_writes"
+HOLD_WRITES: Final = "duet.hold_writes"
 """Scope key of a callable that, given True, makes the response hold back what it writes until it
 is given False (set by the edge server, :mod:`duet.api.server._server`): the status line and the first
 events go out as one write and one packet, which the client reads at once, instead of two it wakes
 for one after the other. Hold only across writes that follow one another at once."""
 
 
-WATCH_DISCONNECT = "duet.watch_disconnect"
+WATCH_DISCONNECT: Final = "duet.watch_disconnect"
 """Scope key of a callable that, given a future and a callback (or ``None``), calls the callback and
 then sets the future's result when the client has gone or the response is complete (set by the edge
 server, :mod:`duet.api.server._server`): a disconnect watcher that costs no task, and no coroutines waiting
 in ``receive``, for as long as the response lasts. The callback runs in the same step as the server
 learns of the hang-up, before any other task does."""
 
-CLIENT_GONE = "duet.client_gone"
+CLIENT_GONE: Final = "duet.client_gone"
 """Scope key of a callable that tells whether the client has closed or reset its connection, asking
 the kernel at once (set by the edge server, :mod:`duet.api.server._server`): a hang-up that has arrived is
 seen before the event loop gets round to reading it, which on a busy server is a while."""
@@ -107,7 +107,7 @@ def abandon_response(scope: Scope) -> None:
         abort()
 
 
-async def cancel_and_wait(*tasks: asyncio.Future[object]) -> None:
+async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
     """Cancels ``tasks`` and waits for them to end, ignoring how they end. A cancellation of the
     calling task itself (the server ending every request) is passed on, not swallowed with theirs."""
     for task in tasks:

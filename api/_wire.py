@@ -76,7 +76,7 @@ JSONSchema = Annotated[dict[str, Any], AfterValidator(_valid_json_schema)]
 """A response format's schema: refused here when an upstream would refuse it (:func:`~duet.workbenches.json_schema_problem`)."""
 
 
-class KnownTools(list):  # type: ignore[type-arg]
+class KnownTools(list):
     """A request's tools (or legacy functions) as validated, and the :func:`~duet.workbenches.content_key`
     of the list as received (the proxy tools are looked up by it: :func:`~duet.workbenches.proxy_tools_from_openai`).
     Shared by the requests that send the same list: nobody changes it."""

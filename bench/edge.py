@@ -101,7 +101,7 @@ async def post_raw(port: int, body: bytes, *, chunked: bool) -> str:
     try:
         line = await asyncio.wait_for(reader.readline(), 120)
         return line.decode().strip() or "closed"
-    except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, ConnectionError, OSError) as exc:
         return type(exc).__name__
     finally:
         writer.close()

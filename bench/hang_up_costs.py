@@ -54,9 +54,9 @@ import httpx
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
 
-from harness import ANSWER, REASONER, ROOT, cpu_seconds, free_port, in_flight, memory_mb, start_duet, stop, wait_up  # noqa: E402
-from tests.aborts import LONG_STORY, PROBE, PROTOCOLS, abort_many, protocol_request, read_until  # noqa: E402
-from record import begin, save  # noqa: E402
+from harness import ANSWER, REASONER, ROOT, cpu_seconds, free_port, in_flight, memory_mb, start_duet, stop, wait_up
+from tests.aborts import LONG_STORY, PROBE, PROTOCOLS, abort_many, protocol_request, read_until
+from record import begin, save
 
 LATE_AFTER = 0.010  # a model call that reaches the upstream later than this after its client's hang-up is late
 CLOSED_WITHIN = 0.050  # an upstream stream open at a hang-up must be closed within this
@@ -366,7 +366,8 @@ async def _long_streams(port: int, duet_pid: int, upstream: Upstream, count: int
         await asyncio.sleep(3)  # the buffers between Duet and each client fill, then Duet's own
         cpu = cpu_seconds(duet_pid)
         hung_up = min(_hang_up(sock, reset=True) for sock in socks)
-        while any(call["mark"] == mark and call["event"] == "arrived" for call in upstream.calls().values()):
+        # The scripted upstream, in another process, is asked over HTTP: there is no event to wait on.
+        while any(call["mark"] == mark and call["event"] == "arrived" for call in upstream.calls().values()):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         return hung_up, time.monotonic(), cpu_seconds(duet_pid) - cpu
     finally:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
 
-from harness import in_flight, served, wait_idle  # noqa: E402
-from record import begin, save  # noqa: E402
-from tests.hang_ups import hang_ups  # noqa: E402
+from harness import in_flight, served, wait_idle
+from record import begin, save
+from tests.hang_ups import hang_ups
 
 
 def main() -> None:

@@ -75,7 +75,7 @@ async def stream_once(session: aiohttp.ClientSession, url: str, body: dict[str, 
     async with session.post(url, json=body) as response:
         assert response.status == 200, await response.text()
         async for line in response.content:
-            if not first and (b'"reasoning_content"' in line or b'"content":"' in line and b'"content":""' not in line
+            if not first and (b'"reasoning_content"' in line or (b'"content":"' in line and b'"content":""' not in line)
                               or b'"tool_calls"' in line):
                 first = time.perf_counter() - start
     return first, time.perf_counter() - start
@@ -128,6 +128,15 @@ def wait_idle(port: int, key: str = "", timeout: float = 60) -> int | None:
     return count
 
 
+def duet_command() -> list[str]:
+    """``duet serve``: the installed one, or that of the checkout ``DUET_BENCH_CHECKOUT`` names (``checkout_duet.py``)."""
+    checkout = os.environ.get("DUET_BENCH_CHECKOUT")
+    if checkout:
+        return [sys.executable, str(ROOT / "bench" / "checkout_duet.py"), checkout, "serve"]
+    return [DUET, "serve"]
+
+
+START_TIMEOUT = 120  # seconds duet serve may take to answer /health (a loaded machine imports slowly)
 STDERR_SHOWN = 4000  # characters of Duet's stderr a failed start shows (its end)
 
 
@@ -139,9 +148,9 @@ def start_duet(port: int, env: dict[str, str], log: IO[str] | int = subprocess.D
     stdout = log if log is not subprocess.DEVNULL else None
     with contextlib.ExitStack() as cleanup:
         stderr = log if log is not subprocess.DEVNULL else cleanup.enter_context(tempfile.TemporaryFile())
-        duet = subprocess.Popen([DUET, "serve"], cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
+        duet = subprocess.Popen(duet_command(), cwd=ROOT, env=clean, stdout=stdout, stderr=stderr)
         try:
-            wait_up(f"http://127.0.0.1:{port}/health", process=duet)
+            wait_up(f"http://127.0.0.1:{port}/health", timeout=START_TIMEOUT, process=duet)
         except BaseException as exc:
             stop(duet)
             if not isinstance(exc, Exception) or stderr is log:
@@ -206,6 +215,8 @@ def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
         wait_up(f"{upstream_base}/models")
         duet = start_duet(port, {"DUET_REASONER_BASE_URL": upstream_base, "DUET_REASONER_MODEL": REASONER,
                                  "DUET_ANSWER_BASE_URL": upstream_base, "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": "",
+                                 # Every request the same: measured as a fresh one, with its reasoner call (no reuse).
+                                 "DUET_REASONING_REUSE_SECONDS": "0",
                                  **(env or {})}, log)
         try:
             if not relay:

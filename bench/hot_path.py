@@ -65,7 +65,7 @@ async def stream(session: aiohttp.ClientSession, url: str, body: bytes) -> float
     async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
         assert response.status == 200, await response.text()
         async for line in response.content:
-            if not first and (b'"reasoning_content"' in line or b'"content":"' in line and b'"content":""' not in line):
+            if not first and (b'"reasoning_content"' in line or (b'"content":"' in line and b'"content":""' not in line)):
                 first = time.perf_counter() - start
     return first
 

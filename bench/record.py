@@ -72,6 +72,7 @@ def save(run: Run, figures: Any, options: Any = None, label: str = "", out: Path
         "label": label or os.environ.get("DUET_BENCH_LABEL", ""),
         "command": command(),
         "commit": commit(),
+        "duet_checkout": os.environ.get("DUET_BENCH_CHECKOUT", ""),  # Duet served from another checkout (checkout_duet.py)
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(run.started)),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(finished)),
         "seconds": round(finished - run.started, 1),

@@ -43,19 +43,33 @@ async def upstream_deltas(session: aiohttp.ClientSession, url: str, body: dict[s
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    settings, session = request.app[SETTINGS], request.app[SESSION]
-    url = f"{settings.upstream}/chat/completions"
     body = await request.json()
-    messages = body["messages"]
     head = {"id": f"chatcmpl-relay{next(_ids)}", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model", "")}
 
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
 
-    async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+    async def send(delta: dict[str, Any] | None, finish: str | None = None) -> None:
+        """One chunk; ``None``: the end (``[DONE]``)."""
+        if delta is None:
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return
         chunk = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         await response.write(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n")
 
+    try:
+        await stream_stages(request, body, send)
+    except ConnectionResetError:  # the client hung up (aiohttp's ClientConnectionResetError is one): nothing to log
+        pass
+    return response
+
+
+async def stream_stages(request: web.Request, body: dict[str, Any], send: Any) -> None:
+    """The two stages, relayed through ``send``, then ``[DONE]``."""
+    settings, session = request.app[SETTINGS], request.app[SESSION]
+    url = f"{settings.upstream}/chat/completions"
+    messages = body["messages"]
     await send({"role": "assistant", "content": ""})
     reasoning: list[str] = []
     async for choice in upstream_deltas(session, url, {"model": settings.reasoner, "stream": True, "messages": messages}):
@@ -77,9 +91,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             await send({"tool_calls": delta["tool_calls"]})
         finish = choice.get("finish_reason") or finish
     await send({}, finish)
-    await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
-    return response
+    await send(None)
 
 
 async def app_for(settings: argparse.Namespace) -> web.Application:

@@ -6,7 +6,7 @@ import collections
 from typing import Any
 
 
-class SmallDeque(list):  # type: ignore[type-arg]
+class SmallDeque(list):
     """``append``, ``pop``, indexing and ``len`` of a list, with ``appendleft`` and ``popleft``
     (linear in the length, which is a few items here). A ``collections.deque`` allocates a
     512-byte block when it is made (~750 bytes in all); an empty list is 56 bytes.

@@ -18,7 +18,7 @@ import json
 import time
 from typing import Any
 
-from tests.scripted_upstream import Reply, ScriptedCall
+from tests.scripted_upstream import Reply, ScriptedCall, users_words
 from duet.workbenches import service_tool
 
 ABORT_POINTS = ("before_first_byte", "reasoning", "answer", "service_tool", "non_stream")
@@ -44,7 +44,7 @@ async def slow_lookup(query: str) -> str:
 async def frozen_lookup(query: str) -> str:
     """Looks something up while holding the event loop (CPU-bound work, or a server too busy to read
     its connections): a client that hangs up meanwhile is read only after it returns."""
-    time.sleep(0.5)
+    time.sleep(0.5)  # noqa: ASYNC251 - holds the event loop on purpose
     return f"found {query}"
 
 
@@ -57,7 +57,8 @@ LONG_STORY = "long_story"
 def abort_responder(body: dict[str, Any]) -> Reply:
     """The scripted upstream's answers: slow where the client is meant to leave."""
     messages = body.get("messages", [])
-    last = json.dumps(messages[-1:])
+    # The user's own words: the reasoning Duet appends to the user's message names no abort point.
+    last = json.dumps([{**m, "content": users_words(m["content"])} if isinstance(m.get("content"), str) else m for m in messages[-1:]])
     reasoner = "r1" in body.get("model", "")
     if PROBE in last or LONG_STORY in last:
         if reasoner:

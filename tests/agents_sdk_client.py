@@ -4,10 +4,7 @@ with a ``@function_tool``, run by ``Runner.run`` or ``Runner.run_streamed``.
 Run as a script, in a process of its own (the repository's ``agents/`` folder would shadow the
 SDK's ``agents`` package inside the test process)::
 
-    python -P tests/agents_sdk_client.py BASE_URL API_KEY run|streamed
-
-(``-P``: its own folder, ``tests/``, stays off ``sys.path``, where ``tests/http/`` would shadow the
-standard library's ``http``.)
+    python tests/agents_sdk_client.py BASE_URL API_KEY run|streamed
 
 Prints one JSON line: the final output, the run's item types, the tool's calls and the streamed text.
 """
@@ -16,7 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+
+# Run as a script, this folder comes first on sys.path, and tests/http/ (a folder of tests) would shadow the
+# standard library's http (which the SDK's HTTP stack imports): this script needs nothing of its folder.
+if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+    del sys.path[0]
 
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI

@@ -62,7 +62,12 @@ class DuetServer:
         self._log_file = log.open("w")
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
         full_env["DUET_STATE_URL"] = f"sqlite:///{log.parent / 'state.db'}"  # never in the working tree
+        # Tests script each reasoner reply: a request that repeats an earlier one must call the reasoner again,
+        # unless the test is about reuse (tests/http/test_reasoning_once.py sets it).
+        full_env["DUET_REASONING_REUSE_SECONDS"] = "0"
         full_env.update(env)
+        if not full_env["DUET_REASONING_REUSE_SECONDS"]:  # "": each pipeline's own reasoner.reuse_seconds
+            del full_env["DUET_REASONING_REUSE_SECONDS"]
         full_env["DUET_PORT"] = str(self.port)
         keys = [key.strip() for key in full_env.get("DUET_API_KEYS", "").split(",") if key.strip()]
         self.key_header = {"Authorization": f"Bearer {keys[0]}"} if keys else {}

@@ -81,7 +81,7 @@ class SchemaFuzz:
         try:
             case.validate_response(response, checks=checks, headers=self.headers,
                                    transport_kwargs={"base_url": self.base_url, "session": self.session, "headers": self.headers})
-        except BaseException as exc:  # noqa: BLE001 - schemathesis raises its failures as an exception group
+        except BaseException as exc:  # schemathesis raises its failures as an exception group
             if not hasattr(exc, "exceptions") and not type(exc).__module__.startswith("schemathesis"):
                 raise
             found.append(str(exc).strip().splitlines()[2 if len(str(exc).splitlines()) > 2 else 0][:200] + "\n" + str(exc)[:1500])

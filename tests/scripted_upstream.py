@@ -65,6 +65,7 @@ class Reply:
     tool_calls: Sequence[ScriptedCall] = ()
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
     usage: tuple[int, int] | None = None  # (prompt, completion); default computed from the request
+    cached_tokens: int = 0  # of the prompt tokens, those read from a prompt cache (prompt_tokens_details.cached_tokens)
     reasoning_field: str = "reasoning_content"  # or "reasoning", or "reasoning_details" (OpenRouter's structured form)
     status: int = 200
     error_message: str = "scripted failure"
@@ -77,6 +78,7 @@ class Reply:
     delay: float = 0.0  # before the response starts
     hold: threading.Event | None = None  # before the response starts, until set (at most HOLD_TIMEOUT) or the client hangs up
     delay_between: float = 0.0  # between two chunks
+    model_pace: bool = False  # delay_between only before a token or the finish: as a model server writes (role + first token together; finish, usage, [DONE] together)
     fault: Fault | None = None
     fault_after: int = 0  # chunks sent before the fault
     interleave_calls: bool = False  # send parallel calls' fragments interleaved (index-keyed)
@@ -115,8 +117,21 @@ def default_responder(body: dict[str, Any]) -> Reply:
     if "r1" in model or "reason" in model:
         return Reply(reasoning=["Thinking ", "about ", "it."])
     last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
-    text = last.get("content") if isinstance(last.get("content"), str) else "ok"
+    text = users_words(last.get("content") if isinstance(last.get("content"), str) else "ok")
     return Reply(content=["echo: ", text or ""])
+
+
+DUET_NOTES = ("\n\n<reasoning>\n", "\n\nRetrieved context: ")
+"""How the notes Duet appends to a user message in the answer model's prompt begin."""
+
+
+def users_words(content: str | None) -> str:
+    """A user message's text as the user wrote it: without the note (reasoning, retrieved context)
+    Duet appends to it in the answer model's prompt."""
+    text = content or ""
+    for note in DUET_NOTES:
+        text = text.split(note, 1)[0]
+    return text
 
 
 class ScriptedUpstream:
@@ -298,10 +313,9 @@ class ScriptedUpstream:
             writer.transport.abort()
             return False
         try:
-            if reply.delay:
-                if await _closed_within(reader, reply.delay):
-                    record.aborted = True
-                    return False
+            if reply.delay and await _closed_within(reader, reply.delay):
+                record.aborted = True
+                return False
             if reply.hold is not None and await _held(reader, reply.hold):
                 record.aborted = True
                 return False
@@ -402,6 +416,8 @@ class ScriptedUpstream:
         usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         if reply.reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": min(completion, len(reply.reasoning))}
+        if reply.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
         return usage
 
     def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -475,7 +491,8 @@ class ScriptedUpstream:
                 await writer.drain()
                 record.longest_stall = max(record.longest_stall, time.monotonic() - record.stalled_since)
                 record.stalled_since = None
-            if reply.delay_between and await _closed_within(reader, reply.delay_between):
+            paced = reply.delay_between and not (reply.model_pace and (sent == 0 or _ends_choices(event)))
+            if paced and await _closed_within(reader, reply.delay_between):
                 return False
             if _hung_up(reader):
                 return False
@@ -505,6 +522,12 @@ class ScriptedUpstream:
             return True
         writer.transport.abort()  # "disconnect": drop the connection mid-stream
         return False
+
+
+def _ends_choices(event: dict[str, Any]) -> bool:
+    """The finish chunk, or a chunk after it (the usage): what a server writes at once when the model stops."""
+    choices = event.get("choices")
+    return not choices or choices[0].get("finish_reason") is not None
 
 
 def _write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -564,25 +587,33 @@ BENCH_TOOL_CALL_MARK = "[call a tool]"
 """In the last user message of a benchmark's request with tools: the answer model calls the first tool."""
 
 
+BENCH_BURST_MARK = "[burst]"
+"""In the last user message of a benchmark's request: the upstream writes its tokens back to back,
+whatever its ``--delay-between`` (the burst case beside the paced one, on the same servers)."""
+
+
 def _bench_responder(reasoning_tokens: int, answer_tokens: int, delay_between: float = 0.0) -> Responder:
+    """The benchmarks' model: ``delay_between`` seconds between two tokens (a model's pace: see
+    :attr:`Reply.model_pace`); a request marked ``[burst]`` gets its tokens back to back."""
     reasoning = [f"thought{i} " for i in range(reasoning_tokens)]
     content = [f"word{i} " for i in range(answer_tokens)]
 
     def respond(body: dict[str, Any]) -> Reply:
         model = body.get("model", "")
+        pace = 0.0 if _last_user_text_has(body, BENCH_BURST_MARK) else delay_between
         if "r1" in model or "reason" in model:
-            return Reply(reasoning=reasoning, delay_between=delay_between)
-        if body.get("tools") and _asks_for_a_tool_call(body):
+            return Reply(reasoning=reasoning, delay_between=pace, model_pace=True)
+        if body.get("tools") and _last_user_text_has(body, BENCH_TOOL_CALL_MARK):
             call = ScriptedCall(body["tools"][0]["function"]["name"], '{"city": "Paris", "days": 3}', pieces=4)
-            return Reply(tool_calls=[call], delay_between=delay_between)
-        return Reply(content=content, delay_between=delay_between)
+            return Reply(tool_calls=[call], delay_between=pace, model_pace=True)
+        return Reply(content=content, delay_between=pace, model_pace=True)
 
     return respond
 
 
-def _asks_for_a_tool_call(body: dict[str, Any]) -> bool:
+def _last_user_text_has(body: dict[str, Any], mark: str) -> bool:
     last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), {})
-    return isinstance(last.get("content"), str) and BENCH_TOOL_CALL_MARK in last["content"]
+    return isinstance(last.get("content"), str) and mark in last["content"]
 
 
 REQUEST_MARK = re.compile(rb"\[\[([A-Za-z0-9_.:-]{1,64})\]\]")

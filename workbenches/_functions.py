@@ -86,7 +86,7 @@ def _resolve(path: str) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise TypeError(f"{path} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 def _description(function: Callable[..., Any]) -> str:
@@ -194,7 +194,7 @@ class PythonFunctionTool(BaseTool[BaseModel, Any], Component[PythonFunctionToolC
             call = loop.run_in_executor(_TOOL_THREADS, contextvars.copy_context().run, functools.partial(self._function, **kwargs))
         try:
             return await asyncio.wait_for(call, self._timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(f"{self.name} did not finish within {self._timeout:g}s") from None
 
     def return_value_as_string(self, value: Any) -> str:

@@ -45,7 +45,7 @@ class HttpToolSettings(BaseModel):
         return HttpServiceTool(
             name=self.name,
             description=self.description or f"{self.method} {self.url}",
-            scheme=parts.scheme,  # type: ignore[arg-type]
+            scheme=parts.scheme,
             host=parts.hostname,
             port=parts.port or (443 if parts.scheme == "https" else 80),
             path=parts.path or "/",

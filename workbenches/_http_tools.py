@@ -21,7 +21,7 @@ class HttpServiceTool(HttpTool):
     def __init__(self, *args: Any, headers: Optional[dict[str, Any]] = None, **kwargs: Any) -> None:
         self._header_templates = dict(headers or {})
         # An empty dict, not None: dump_component drops None values, and HttpToolConfig requires headers.
-        super().__init__(*args, headers=expand_env(headers), **kwargs)
+        super().__init__(*args, headers=expand_env(headers), **kwargs)  # type: ignore[misc]  # headers is only ever given by name
 
     def _to_config(self) -> Any:
         config = super()._to_config()

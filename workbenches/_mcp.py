@@ -16,7 +16,7 @@ import logging
 from typing import Any, Literal, Mapping
 
 from autogen_core import CancellationToken, Component
-from autogen_core.tools import BaseTool, ToolResult, ToolSchema
+from autogen_core.tools import BaseTool, ParametersSchema, ToolResult, ToolSchema
 from autogen_ext.tools.mcp import McpServerParams, McpWorkbench, StdioServerParams, StreamableHttpServerParams
 from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import Self
@@ -114,7 +114,7 @@ class McpServer:
                 return
             try:
                 await self.start()
-            except Exception as exc:  # noqa: BLE001 - becomes the tool's error
+            except Exception as exc:  # becomes the tool's error
                 raise McpServerUnavailable(f"MCP server {self.name!r} could not start: {exc}") from exc
 
     def _report_death(self, dead: McpWorkbench, error: str) -> None:
@@ -177,10 +177,11 @@ class McpServerTool(BaseTool[ProxyToolArgs, ToolResult], Component[McpServerTool
     def __init__(self, server: McpServer, schema: ToolSchema) -> None:
         self._server = server
         super().__init__(ProxyToolArgs, ToolResult, schema["name"], schema.get("description", ""))
+        no_parameters: ParametersSchema = {"type": "object", "properties": {}}
         self._schema: ToolSchema = {
             "name": schema["name"],
             "description": schema.get("description", ""),
-            "parameters": schema.get("parameters", {"type": "object", "properties": {}}),
+            "parameters": schema.get("parameters", no_parameters),
         }
 
     @property

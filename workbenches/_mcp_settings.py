@@ -35,7 +35,7 @@ class McpServerSettings(BaseModel):
 
         if self.command is not None:
             return StdioServerParams(command=self.command, args=self.args, env=self.env, cwd=self.cwd, read_timeout_seconds=self.timeout)
-        return StreamableHttpServerParams(url=self.url, headers=self.headers, timeout=self.timeout)  # type: ignore[arg-type]
+        return StreamableHttpServerParams(url=self.url, headers=self.headers, timeout=self.timeout)
 
 
 SHARED_SERVERS: dict[str, McpServer] = {}

@@ -50,13 +50,13 @@ def json_schema_problem(schema: Mapping[str, Any]) -> str | None:
     draft (``$schema``, else 2020-12), its references must resolve within it, and lead to no loop."""
     key = content_key(schema)
     if key is None:
-        return _problem(schema, True) or None
+        return _problem(dict(schema), True) or None  # jsonschema-rs reads dicts only (a mappingproxy raised ValueError)
     # A schema without any reference (most) has no loop to look for: its JSON text says so at once.
     references = b"$ref" in key or b'Ref"' in key
     return _checked.get_or_make(schema, lambda copy: _problem(copy, references), key) or None
 
 
-def _problem(schema: Mapping[str, Any], references: bool) -> str:
+def _problem(schema: dict[str, Any], references: bool) -> str:
     dialect = jsonschema_rs.validator_cls_for(schema)  # $schema's draft, else 2020-12
     if "$schema" in schema:  # an unknown $schema is ignored (the latest draft applies), as upstreams' validators do
         schema = {key: value for key, value in schema.items() if key != "$schema"}

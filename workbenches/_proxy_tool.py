@@ -22,7 +22,7 @@ from duet._errors import DuetError
 _T = TypeVar("_T")
 
 
-class CachingToolSchema(dict):  # type: ignore[type-arg]
+class CachingToolSchema(dict):
     """A ``ToolSchema`` (a plain dict to every reader) that keeps what readers derive from it: the
     OpenAI ``tools`` entry a model client encodes, the line a reasoning prompt describes it with.
     A client tool's schema is sent with every request and read by every stage and round; derived
@@ -45,7 +45,7 @@ class CachingToolSchema(dict):  # type: ignore[type-arg]
         self._forget()
         super().__delitem__(key)
 
-    def __ior__(self, other: Any) -> "CachingToolSchema":
+    def __ior__(self, other: Any) -> "CachingToolSchema":  # type: ignore[misc]  # mypy checks it against dict's overloaded __or__
         self._forget()
         super().__ior__(other)
         return self
@@ -83,7 +83,7 @@ def derived_from(schema: Mapping[str, Any], key: str, derive: Callable[[Mapping[
     if derived is None:
         return derive(schema)
     try:
-        return derived[key]  # type: ignore[no-any-return]
+        return derived[key]
     except KeyError:
         value = derived[key] = derive(schema)
         return value
@@ -128,7 +128,7 @@ class ClientSideToolError(DuetError, RuntimeError):
     """Raised when something tries to run a proxy tool in-process."""
 
 
-class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):
+class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):  # type: ignore[type-var]  # its result is the client's text; BaseTool's bound asks for a model
     """A tool the client runs. ``name`` is what the model sees; ``client_name`` is the client's own.
 
     >>> tool = ProxyTool.from_openai({"type": "function", "function": {"name": "kb.search", "parameters": {"type": "object"}}})
@@ -168,7 +168,7 @@ class ProxyTool(BaseTool[ProxyToolArgs, str], Component[ProxyToolConfig]):
     def from_openai(cls, tool: Mapping[str, Any]) -> "ProxyTool":
         """From one entry of an OpenAI ``tools`` list (``{"type": "function", "function": {...}}``)
         or a legacy ``functions`` entry (``{"name": ..., "parameters": ...}``)."""
-        function = tool["function"] if "function" in tool else tool
+        function = tool.get("function", tool)
         return cls(
             name=function["name"],
             description=function.get("description"),

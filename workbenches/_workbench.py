@@ -35,7 +35,7 @@ def _unshadowed(tools: list[BaseTool[Any, Any]], client_tools: list[ProxyTool],
             [tool for tool in service_tools if tool.name not in client_names])
 
 
-class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # type: ignore[misc]
+class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):
     """A ``StaticStreamWorkbench`` that also knows which of its tools belong to the client.
 
     Client tools (:class:`ProxyTool`) are listed to the model like any other tool; the answer
@@ -147,7 +147,7 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):  # t
             future = asyncio.ensure_future(tool.run_json(arguments or {}, token, call_id, request=self._request))
             token.link_future(future)
             text, is_error = tool.return_value_as_string(await future), False
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failing tool is the model's error result, as in StaticStreamWorkbench
             text, is_error = self._format_errors(exc), True
         return ToolResult(name=tool.name, result=[TextResultContent(content=text)], is_error=is_error)
 

@@ -22,11 +22,14 @@ non-reversible id, so one key never reads or continues what another stored; a ru
 Public API: the record, :class:`Continuation`, and the abstract :class:`ContinuationStore`; the
 back-ends above and :class:`GuardedStore`; :func:`open_store` (a URL → a guarded back-end; the
 defaults :data:`DEFAULT_STATE_URL`, :data:`DEFAULT_STORE_TIMEOUT` and :data:`DEFAULT_TTL`);
-:func:`owned`; :func:`tool_rounds`, :func:`splice`; the errors :class:`StoreOpenError` (the store
+:func:`owned`; :func:`tool_rounds`, :func:`splice`; the reasoning already paid for,
+:class:`ReasoningLedger` (a retry of the same request reuses it for :data:`DEFAULT_REUSE_SECONDS`;
+its keys: :func:`fingerprint`, :func:`prefix_digests`); the errors :class:`StoreOpenError` (the store
 cannot open: the service does not start) and :class:`StoreUnavailable`.
 """
 
 from duet.agents.continuations._guarded import GuardedStore, open_store
+from duet.agents.continuations._ledger import DEFAULT_REUSE_SECONDS, ReasoningLedger, fingerprint, prefix_digests
 from duet.agents.continuations._memory import MemoryContinuationStore
 from duet.agents.continuations._redis import RedisContinuationStore
 from duet.agents.continuations._rounds import splice, tool_rounds
@@ -47,17 +50,21 @@ __all__ = [
     "Continuation",
     "ContinuationStore",
     "DEFAULT_OWNER",
+    "DEFAULT_REUSE_SECONDS",
     "DEFAULT_STATE_URL",
     "DEFAULT_STORE_TIMEOUT",
     "DEFAULT_TTL",
     "GuardedStore",
     "MemoryContinuationStore",
+    "ReasoningLedger",
     "RedisContinuationStore",
     "SQLiteContinuationStore",
     "StoreOpenError",
     "StoreUnavailable",
+    "fingerprint",
     "open_store",
     "owned",
+    "prefix_digests",
     "splice",
     "tool_rounds",
 ]

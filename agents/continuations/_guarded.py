@@ -101,6 +101,9 @@ class GuardedStore(ContinuationStore):
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
         return await self._guard(self.store.get, list(call_ids))
 
+    async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
+        return await self._guard(self.store.get_each, list(keys))
+
     async def ping(self) -> None:
         await self._guard(self.store.ping)
 

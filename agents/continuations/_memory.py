@@ -40,5 +40,13 @@ class MemoryContinuationStore(ContinuationStore):
                 return entry[1]
         return None
 
+    async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
+        now = time.monotonic()
+        found: list[Continuation | None] = []
+        for key in keys:
+            entry = self._entries.get(key)
+            found.append(entry[1] if entry is not None and entry[0] > now else None)
+        return found
+
     def __str__(self) -> str:
         return "memory"

@@ -38,6 +38,12 @@ class RedisContinuationStore(ContinuationStore):
         values = await self._redis.mget([self._prefix + call_id for call_id in ids])
         return decode(next((value for value in values if value), None), ids)
 
+    async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
+        if not keys:
+            return []
+        values = await self._redis.mget([self._prefix + key for key in keys])
+        return [decode(value, [key]) for value, key in zip(values, keys, strict=True)]
+
     async def ping(self) -> None:
         await self._redis.ping()
 

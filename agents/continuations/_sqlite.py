@@ -98,6 +98,13 @@ class SQLiteContinuationStore(ContinuationStore):
         ).fetchone()
         return row[0] if row else None
 
+    def _get_each(self, keys: list[str]) -> dict[str, str]:
+        marks = ",".join("?" * len(keys))
+        rows = self._connection.execute(
+            f"SELECT call_id, payload FROM continuations WHERE call_id IN ({marks}) AND expires_at > ?", (*keys, time.time())
+        ).fetchall()
+        return dict(rows)
+
     def _ping(self) -> None:
         self._connection.execute("SELECT 1 FROM continuations LIMIT 1").fetchall()
 
@@ -109,6 +116,12 @@ class SQLiteContinuationStore(ContinuationStore):
         if not ids:
             return None
         return decode(await self._run(self._get, ids), ids)
+
+    async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
+        if not keys:
+            return []
+        payloads = await self._run(self._get_each, list(keys))
+        return [decode(payloads.get(key), [key]) for key in keys]
 
     async def ping(self) -> None:
         await self._run(self._ping)

@@ -47,6 +47,8 @@ class Continuation(BaseModel):
     conversation items it continues (``previous_response_id``), in the same store and expiry."""
     model_reasoning: dict[str, ModelReasoning] = Field(default_factory=dict)
     grounding: str = Field("", description="The retrieved context the round was answered with (grounding).")
+    reuse_until: float = Field(0.0, description="Kept by the reasoning ledger: until when (wall-clock seconds) a retry "
+                               "reuses this reasoning (duet.agents.continuations._ledger).")
 
     @model_validator(mode="after")
     def _reasoning_on_the_turn(self) -> "Continuation":
@@ -94,9 +96,14 @@ class ContinuationStore(abc.ABC):
     @abc.abstractmethod
     async def get(self, call_ids: Iterable[str]) -> Continuation | None: ...
 
+    async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
+        """What is kept under each of ``keys`` (``None`` where nothing is), in order. Back-ends that can
+        answer in one call (Redis ``MGET``, one SQL query) override this loop."""
+        return [await self.get([key]) for key in keys]
+
     async def ping(self) -> None:
         """Raises when the store cannot be reached (readiness checks call it)."""
-        return None
+        return
 
     @property
     def available(self) -> bool:

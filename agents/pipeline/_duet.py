@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 from autogen_agentchat.base import Team
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken, ComponentModel
-from autogen_core.models import AssistantMessage, ChatCompletionClient, FunctionExecutionResultMessage, LLMMessage
+from autogen_core.models import AssistantMessage, ChatCompletionClient, FunctionExecutionResultMessage, LLMMessage, UserMessage
 from typing_extensions import Unpack
 
 from duet.workbenches import DuetWorkbench, RequestContext, ServiceTools
@@ -28,7 +28,9 @@ from duet.agents.continuations import (
     ContinuationStore,
     GuardedStore,
     MemoryContinuationStore,
+    ReasoningLedger,
     StoreUnavailable,
+    prefix_digests,
     owned,
     splice,
     tool_rounds,
@@ -85,8 +87,11 @@ class Duet:
         reasoning_output: ReasoningOutput = "reasoning_content",
         continuations: ContinuationStore | None = None,
         max_idle_teams: int = 64,
+        reuse_seconds: float | None = None,
     ) -> None:
-        """``team_factory`` makes the pipeline's teams; the pipeline owns it from here on (:meth:`close`)."""
+        """``team_factory`` makes the pipeline's teams; the pipeline owns it from here on (:meth:`close`).
+        ``reuse_seconds``, when given, overrides its reasoner's ``reuse_seconds`` (0: a retry never
+        reuses the reasoning of the request it repeats)."""
         self.name = name
         self.reasoning_output: ReasoningOutput = reasoning_output
         self.services = services or ServiceTools()
@@ -94,11 +99,13 @@ class Duet:
         # Guarded whatever it is (a store passed in from Python, memory://): a fault or a hang costs a
         # round its hidden part, bounded and logged once per outage, never the request.
         self.continuations = store if isinstance(store, GuardedStore) else GuardedStore(store)
+        self.ledger = ReasoningLedger(self.continuations, reuse_seconds=reuse_seconds)
         self._team_factory = team_factory
         self._pool = TeamPool(team_factory, max_idle_teams)
 
     @classmethod
-    def from_settings(cls, settings: PipelineSettings, *, continuations: ContinuationStore | None = None) -> "Duet":
+    def from_settings(cls, settings: PipelineSettings, *, continuations: ContinuationStore | None = None,
+                      reuse_seconds: float | None = None) -> "Duet":
         """Creates the pipeline's model clients and service tools once; every team it runs shares them."""
         services = ServiceTools.from_settings(settings.tools)
         if settings.grounding is not None and not settings.tools.mcp:  # MCP servers' tools are known once they run
@@ -112,6 +119,7 @@ class Duet:
             services=services,
             reasoning_output=settings.reasoning_output,
             continuations=continuations,
+            reuse_seconds=reuse_seconds,
         )
 
     @classmethod
@@ -122,6 +130,7 @@ class Duet:
         name: str = "duet",
         reasoning_output: ReasoningOutput = "reasoning_content",
         continuations: ContinuationStore | None = None,
+        reuse_seconds: float | None = None,
     ) -> "Duet":
         """Serves a team component (a dict, a ``ComponentModel`` or a JSON file path), e.g. one
         exported by ``duet export-team`` or edited in AutoGen Studio.
@@ -136,7 +145,7 @@ class Duet:
         config = load_team_config(team)
         factory = TeamFactory(config, origin=str(team) if isinstance(team, (str, Path)) else "component")
         return cls(factory, name=name, services=ServiceTools(service_tools_of(config)),
-                   reasoning_output=reasoning_output, continuations=continuations)
+                   reasoning_output=reasoning_output, continuations=continuations, reuse_seconds=reuse_seconds)
 
     @property
     def model_clients(self) -> list[ChatCompletionClient]:
@@ -156,6 +165,7 @@ class Duet:
         """Stops the MCP servers, closes the idle teams, then the team factory (the model clients
         the teams share)."""
         await self.services.close()
+        await self.ledger.settle()
         for slot in self._pool.drain():
             await slot.close()
         await self._team_factory.close()
@@ -215,6 +225,7 @@ class Duet:
             options=request.options,
             request=context,
             observer=observer,
+            ledger=self.ledger,
         )
         token = cancellation_token or RunToken()
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
@@ -256,6 +267,7 @@ class Duet:
                 _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
                 owner = run.request.owner
                 conversation, earlier_reasoning, grounding = await self._restore(conversation, owner)
+                self._recall_notes(conversation, run, earlier_reasoning, grounding)
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
@@ -267,9 +279,11 @@ class Duet:
                 run.emit(Failed(message="the run was cancelled", error=exc))  # ends the stream of whoever still reads it
                 if not token.is_cancelled():
                     raise
-            except Exception as exc:  # an agent already reported its own failure; this covers the rest
+            except Exception as exc:  # noqa: BLE001 - an agent already reported its own failure; this covers the rest
                 run.emit(Failed(message=str(exc), error=exc))
             finally:
+                if isinstance(run.recalling, asyncio.Future) and not run.recalling.done():
+                    run.recalling.cancel()  # no answer turn took the notes
                 await run.drop_head_start()  # a turn started ahead that the team never reached
                 if slot is not None:
                     if not clean:
@@ -310,6 +324,26 @@ class Duet:
                 finish_reason = reply.finish_reason
             # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
         return finish_reason, hidden_part_lost
+
+    def _recall_notes(self, conversation: list[LLMMessage], run: DuetRun, earlier_reasoning: str | None, grounding: str) -> None:
+        """The notes of the conversation's earlier user turns (their reasoning, put back in the answer
+        model's prompt where it was), fetched in one store call while the reasoner thinks; and the key the
+        reasoning of this turn is kept under, when the conversation ends with the user turn it is about."""
+        digests = prefix_digests(conversation, UserMessage)
+        if not digests:
+            return
+        last = max(digests)
+        ends_with_user = last == len(conversation) - 1
+        run.note_digest = digests[last] if ends_with_user else None
+        if not ends_with_user and earlier_reasoning is not None:  # a tool round's follow-up: its turn's reasoning was restored
+            run.notes[last] = (earlier_reasoning, grounding)
+        wanted = {index: digest for index, digest in digests.items() if index != last or not ends_with_user}
+        if wanted:
+            run.recalling = asyncio.ensure_future(self._fetch_notes(run, wanted))
+
+    async def _fetch_notes(self, run: DuetRun, wanted: dict[int, str]) -> None:
+        found = await self.ledger.notes(run.request.owner, self.name, wanted)
+        run.notes = {**found, **run.notes}  # a restored round's reasoning wins over its note
 
     def _key(self, call_id: str, owner: str) -> str:
         return owned(owner, f"{self.name}:{call_id}")  # a pipeline only ever continues its owner's own rounds

@@ -29,7 +29,7 @@ def _legacy_names(current: str, full_path: str) -> dict[str, str]:
 LEGACY_PROVIDERS: dict[str, str] = {
     old: new
     for current, full_path in (
-        *((c.component_provider_override, f"{c.__module__}.{c.__qualname__}") for c in _COMPONENTS),  # type: ignore[attr-defined]
+        *((c.component_provider_override, f"{c.__module__}.{c.__qualname__}") for c in _COMPONENTS),
         *NAMED_COMPONENTS,
     )
     for old, new in _legacy_names(current, full_path).items()

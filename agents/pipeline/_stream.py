@@ -160,7 +160,7 @@ class DuetStream:
         self._token.cancel()
         try:
             await asyncio.wait_for(asyncio.shield(self._driver), timeout=10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._driver.cancel()
         except asyncio.CancelledError:  # the caller itself is being cancelled: stop the run, then let it go
             self._driver.cancel()

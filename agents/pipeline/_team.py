@@ -8,7 +8,7 @@ from autogen_agentchat.base import Team, TerminationCondition
 from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
 from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._events import GroupChatReset  # not exported (0.7.5)
-from autogen_core import AgentRuntime, CancellationToken, MessageContext
+from autogen_core import AgentRuntime, CancellationToken, MessageContext, SingleThreadedAgentRuntime
 from autogen_core.models import ChatCompletionClient
 from autogen_core.tools import BaseTool, Workbench
 
@@ -70,7 +70,7 @@ def duet_termination() -> TerminationCondition:
     return HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME])
 
 
-async def reset_team(team: Team, runtime: AgentRuntime | None) -> None:
+async def reset_team(team: Team, runtime: SingleThreadedAgentRuntime | None) -> None:
     """Resets a team that has finished a run, and stops ``runtime`` (the team's, started by the
     caller; ``None``: the team's embedded one) once every handler of the run is done.
 

@@ -108,10 +108,10 @@ class _RoundRobinTeam(RoundRobinGroupChat):
         return functools.partial(TurnContainer, parent_topic_type, output_topic_type, agent, message_factory)
 
     def _create_group_chat_manager_factory(self, *arguments: Any, **named: Any) -> Any:
-        return functools.partial(RoundRobinManager, *_manager_arguments(*arguments, **named), self._emit_team_events)
+        return functools.partial(RoundRobinManager, *_manager_arguments(*arguments, **named), self._emit_team_events)  # type: ignore[call-arg]  # the ten, then emit_team_events
 
     async def _init(self, runtime: AgentRuntime) -> None:
-        await super()._init(TeamRegistration(runtime))  # type: ignore[arg-type]  # the runtime, its subscriptions lean
+        await super()._init(TeamRegistration(runtime))  # the runtime, its subscriptions lean
 
 
 def _manager_arguments(name: str, group_topic_type: str, output_topic_type: str, participant_topic_types: list[str],
@@ -206,7 +206,7 @@ class TeamFactory:
             raise
         return cls(config, clients, origin=f"of pipeline '{settings.name}'")
 
-    def _prepare(self, given: Mapping[str, ChatCompletionClient], made: list[ChatCompletionClient]) -> list[ChatCompletionClient]:
+    def _prepare(self, given: Mapping[str, ChatCompletionClient], made: list[ChatCompletionClient]) -> list[ChatCompletionClient | None]:
         """Reads Duet's team type and agents from the component and creates their clients (each
         added to ``made`` at once); returns the clients of the first team. Leaves ``_team`` unset
         for any other team."""
@@ -216,7 +216,7 @@ class TeamFactory:
         kinds = [_provider_class(participant) for participant in team.participants]
         if any(kind is None for kind in kinds):
             return []
-        first_clients: list[ChatCompletionClient] = []
+        first_clients: list[ChatCompletionClient | None] = []  # None: an agent that calls no model
         for kind, participant in zip(kinds, team.participants, strict=True):
             assert kind is not None
             config: DuetAgentConfig = kind.component_config_schema.model_validate(participant.config)  # type: ignore[attr-defined]
@@ -263,7 +263,7 @@ class TeamFactory:
         for client in self.model_clients:
             await client.close()
 
-    def _duet_slot(self, clients: list[ChatCompletionClient]) -> TeamSlot:
+    def _duet_slot(self, clients: list[ChatCompletionClient | None]) -> TeamSlot:
         """A team of Duet's agents with ``clients`` (one for each participant) on a runtime of its
         own; the slot owns the clients that are not shared."""
         runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
@@ -282,7 +282,7 @@ class TeamFactory:
         first = team._participants[0]  # not exported (0.7.5); the team was built from self._participants
         return first if isinstance(first, DuetAgent) else None
 
-    def _build(self, runtime: AgentRuntime, clients: list[ChatCompletionClient]) -> RoundRobinGroupChat:
+    def _build(self, runtime: AgentRuntime, clients: list[ChatCompletionClient | None]) -> RoundRobinGroupChat:
         """As ``RoundRobinGroupChat._from_config``, with ``clients`` and ``runtime``."""
         team = self._team
         assert team is not None

@@ -89,7 +89,8 @@ class MessageQueue(LinesMadeOnUse, Queue[Any]):
             run_context.start_loop()  # type: ignore[attr-defined]
 
 
-def new_message_queue(runtime: SingleThreadedAgentRuntime) -> MessageQueue:
+def new_message_queue(runtime: SingleThreadedAgentRuntime) -> asyncio.Queue[Any]:
     """A lean runtime's message queue, made when the runtime is and again each time it stops."""
     queue: MessageQueue = lighten_queue(MessageQueue(runtime))
-    return queue
+    # autogen-core annotates the runtime's queue as asyncio's; below Python 3.13 it is its own copy, which this extends.
+    return queue  # type: ignore[return-value]

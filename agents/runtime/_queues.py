@@ -22,7 +22,7 @@ class _FirstWaitEvent(asyncio.Event):
         self._value = False
 
     async def wait(self) -> Literal[True]:
-        if not self._value and type(self._waiters) is tuple:
+        if not self._value and isinstance(self._waiters, tuple):
             self._waiters = collections.deque()
         return await super().wait()
 

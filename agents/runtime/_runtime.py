@@ -230,9 +230,10 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         if message_id is None:
             message_id = new_message_id()
         if _logger.isEnabledFor(logging.INFO):
-            return await super().publish_message(
+            await super().publish_message(
                 message, topic_id, sender=sender, cancellation_token=cancellation_token, message_id=message_id
             )
+            return
         # Mirrors SingleThreadedAgentRuntime.publish_message of autogen-core 0.7.5 (pinned), without
         # the INFO line nobody logs.
         with self._tracer_helper.trace_block(
@@ -282,7 +283,8 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
 
     async def _process_send(self, message_envelope: SendMessageEnvelope) -> None:
         if not self._unobserved():
-            return await super()._process_send(message_envelope)
+            await super()._process_send(message_envelope)
+            return
         # Mirrors SingleThreadedAgentRuntime._process_send of autogen-core 0.7.5 (pinned) without the
         # bookkeeping nobody reads; the reply goes to the sender's future here, not through the queue.
         recipient = message_envelope.recipient
@@ -299,7 +301,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 message_id=message_envelope.message_id,
             )
             response = await deliver(agent, message_envelope.message, context, published=False)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the sender's future gets it, as in SingleThreadedAgentRuntime
             if not future.done():
                 future.set_exception(exc)
             return
@@ -310,7 +312,8 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
 
     async def _process_publish(self, message_envelope: PublishMessageEnvelope) -> None:
         if not self._unobserved():
-            return await super()._process_publish(message_envelope)
+            await super()._process_publish(message_envelope)
+            return
         # Mirrors SingleThreadedAgentRuntime._process_publish of autogen-core 0.7.5 (pinned) without the
         # bookkeeping nobody reads; one recipient's handler runs in this task (gather makes a task per recipient).
         try:
@@ -330,7 +333,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 await deliveries[0]
             elif deliveries:
                 await asyncio.gather(*deliveries)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - kept for the runtime's stop, as in SingleThreadedAgentRuntime
             if not self._ignore_unhandled_handler_exceptions:
                 self._background_exception = exc
         finally:

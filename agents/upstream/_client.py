@@ -151,7 +151,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             model=model,
             base_url=base_url,
             api_key_env=api_key_env,
-            model_info=model_info or dict(ANSWER_MODEL_INFO),  # type: ignore[arg-type]
+            model_info=model_info or dict(ANSWER_MODEL_INFO),
             create_args=dict(create_args or {}),
             headers=dict(headers or {}),
             connect_timeout=connect_timeout,
@@ -238,7 +238,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         while True:
             try:
                 response = await self._send(self._url, body, cancellation_token, fresh)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 failure, retry = send_failure(exc, config.model, config.connect_timeout, config.read_timeout)
                 if retry == "on a new connection" and not fresh:
                     fresh = True  # at once: the pool may hold more connections the server closed
@@ -252,6 +252,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 retryable = status == 429 or status >= 500
             delay = self._retry_delay(failure, retries) if retryable else None
             if delay is None:
+                failure.retries = retries  # a client's own retries on top of these would multiply the calls
                 raise failure
             retries += 1
             await self._sleep(delay, cancellation_token)
@@ -319,7 +320,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         """The error an upstream's non-200 answer stands for (the response is released)."""
         try:
             raw, _ = await read_bounded(response, MAX_ERROR_BODY)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             forget(exc)
             raw = b""
         finally:
@@ -336,7 +337,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
                 async with self._get_session().get(self._models_url, headers=self._models_headers) as response:
                     if response.status != 200:
                         failure = await self._status_error(response)
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             forget(exc)
             failure = UpstreamTimeout(f"did not answer GET /models within {timeout:g}s", model=model)
         except aiohttp.ClientConnectorError as exc:
@@ -397,7 +398,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         except ReadCancelled as exc:
             exc.__traceback__ = None  # it is referenced by the response: no cycle through this frame
             cancelled = True
-        except (EventTooLarge, asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, EventTooLarge, aiohttp.ClientError) as exc:
             failure = read_failure(exc, self._config.model, self._config.read_timeout, streamed=True)
         finally:
             response.release()
@@ -425,7 +426,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         """The protocol error for a 200 whose body is not an answer (the response is released)."""
         try:
             raw, _ = await read_bounded(response, 2000)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             forget(exc)
             raw = b""
         finally:
@@ -444,7 +445,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             raw, too_long = await read_bounded(response, MAX_JSON_BODY)
         except ReadCancelled as exc:
             exc.__traceback__ = None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             failure = read_failure(exc, model, self._config.read_timeout, streamed=False)
         finally:
             response.release()

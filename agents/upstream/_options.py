@@ -23,7 +23,9 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 300.0
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_RETRY_BACKOFF = 0.5
-DEFAULT_MAX_RETRY_WAIT = 10.0
+DEFAULT_MAX_RETRY_WAIT = 2.0
+"""A longer Retry-After is passed on to the client at once (with its header): waiting it out would
+hold the response past what keeps its status honest, and the client's own retry reuses the reasoning."""
 DEFAULT_MAX_CONNECTIONS = 0
 
 

@@ -22,11 +22,30 @@ FINISH_REASONS = {
 
 class UpstreamResult(CreateResult):
     """A ``CreateResult`` that also says how the upstream spelled its reasoning (the field a thinking
-    model wants it back in), its ``reasoning_details`` and the reasoning tokens its usage counted."""
+    model wants it back in), its ``reasoning_details``, the reasoning tokens its usage counted and the
+    prompt tokens it read from its prompt cache."""
 
     reasoning_field: Optional[ReasoningField] = None
     reasoning_details: Optional[list[dict[str, Any]]] = None
     reasoning_tokens: int = 0
+    cached_tokens: int = 0
+
+
+def cached_tokens(usage: Mapping[str, Any] | None) -> int:
+    """The prompt tokens an upstream read from its prompt cache: OpenAI's
+    ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``, or an Anthropic-style
+    ``cache_read_input_tokens`` (0 when not reported).
+
+    >>> cached_tokens({"prompt_tokens": 90, "prompt_tokens_details": {"cached_tokens": 64}}), cached_tokens({"prompt_cache_hit_tokens": 8})
+    (64, 8)
+    """
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details")
+    for value in (details.get("cached_tokens") if isinstance(details, Mapping) else None,
+                  usage.get("prompt_cache_hit_tokens"), usage.get("cache_read_input_tokens")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def reasoning_tokens(usage: Mapping[str, Any] | None) -> int:
@@ -57,6 +76,7 @@ def build_result(
     """
     reasoning_extras: dict[str, Any] = {
         "reasoning_field": reasoning_field, "reasoning_details": details, "reasoning_tokens": reasoning_tokens(usage),
+        "cached_tokens": cached_tokens(usage),
     }
     request_usage = RequestUsage(
         prompt_tokens=int((usage or {}).get("prompt_tokens") or 0),
@@ -72,7 +92,7 @@ def build_result(
             **reasoning_extras,
         )
     return UpstreamResult(
-        finish_reason=FINISH_REASONS.get(finish_reason or "", "unknown"),  # type: ignore[arg-type]
+        finish_reason=FINISH_REASONS.get(finish_reason or "", "unknown"),
         content=text,
         usage=request_usage,
         cached=False,

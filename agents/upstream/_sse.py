@@ -6,13 +6,15 @@ from typing import AsyncGenerator, Callable
 
 import aiohttp
 
+from duet._errors import DuetError
+
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Largest single server-sent event (a stream without event separators is not buffered forever)."""
 SINGLE_CHUNK_READS = 8
 """Reads of one HTTP chunk each, at most, at the start of a stream (see :func:`sse_data`)."""
 
 
-class EventTooLarge(Exception):
+class EventTooLarge(DuetError):
     """More than :data:`MAX_EVENT_BYTES` arrived without an event separator."""
 
 

@@ -47,7 +47,8 @@ class CompletionFold:
     def function_call(self, call: ToolCall) -> None:
         self._function_call = CalledFunction(name=call.name, arguments=call.arguments)
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int,
+               cached_tokens: int = 0) -> None:
         calls = bool(self._tool_calls or self._function_call)
         message = ChatCompletionMessage(
             content="".join(self._content) or (None if calls else ""),  # a message of only calls has null content
@@ -60,7 +61,7 @@ class CompletionFold:
             created=self._created,
             model=self._model,
             choices=[Choice(message=message, finish_reason=reason)],
-            usage=CompletionUsage.of(prompt_tokens, completion_tokens, reasoning_tokens),
+            usage=CompletionUsage.of(prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens),
         )
 
     def error(self, error: APIError) -> None:

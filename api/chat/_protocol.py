@@ -13,22 +13,18 @@ holds it equal to these models.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     StringConstraints,
-    ValidatorFunctionWrapHandler,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
+from duet.agents import ReasoningEffort
 from duet.api._wire import (
     FunctionDefinition,
     INT64_MAX,
@@ -42,7 +38,6 @@ from duet.api._wire import (
     WireFinishReason,
     validated_once,
 )
-from duet.workbenches import ContentCache, content_key, json_schema_problem, parameters_problem
 
 
 class ToolDefinition(LenientModel):
@@ -107,6 +102,7 @@ ANSWER_MODEL_FIELDS = (
     "response_format",
     "user",
     "logit_bias",
+    "prompt_cache_key",
 )
 
 
@@ -132,6 +128,8 @@ class ChatCompletionRequest(LenientModel):
     response_format: Optional[ResponseFormat] = None
     user: Optional[str] = None
     logit_bias: Optional[dict[TokenId, Bias]] = None
+    prompt_cache_key: Optional[str] = Field(None, max_length=1024, description="Passed on to the answer model (prompt caches).")
+    reasoning_effort: Optional[ReasoningEffort] = Field(None, description="How much the reasoner thinks; none/minimal: not at all.")
 
     _tools_once = field_validator("tools", mode="wrap")(validated_once())
     _functions_once = field_validator("functions", mode="wrap")(validated_once())
@@ -150,18 +148,25 @@ class CompletionTokensDetails(ResponseModel):
     reasoning_tokens: int
 
 
+class PromptTokensDetails(ResponseModel):
+    cached_tokens: int
+
+
 class CompletionUsage(ResponseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: Annotated[Optional[PromptTokensDetails], Omitted] = None
     completion_tokens_details: Annotated[Optional[CompletionTokensDetails], Omitted] = None
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> "CompletionUsage":
-        """The usage object; ``completion_tokens_details`` only when some completion tokens were reasoning."""
+    def of(cls, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0, cached_tokens: int = 0) -> "CompletionUsage":
+        """The usage object; ``completion_tokens_details`` only when some completion tokens were reasoning,
+        ``prompt_tokens_details`` only when the upstreams read some prompt tokens from their caches."""
         details = CompletionTokensDetails(reasoning_tokens=reasoning_tokens) if reasoning_tokens else None
+        cached = PromptTokensDetails(cached_tokens=cached_tokens) if cached_tokens else None
         return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens,
-                   completion_tokens_details=details)
+                   prompt_tokens_details=cached, completion_tokens_details=details)
 
 
 class CalledFunction(ResponseModel):

@@ -51,7 +51,7 @@ def asked_options(request: ChatCompletionRequest) -> AskedOptions:
         tool_choice = ToolChoice(mode=choice or "auto", param=param)
     return AskedOptions(sampling_args(request, SAMPLING_FIELDS), tool_choice,
                         parallel_tool_calls=False if legacy_functions else request.parallel_tool_calls,
-                        single_tool_call=legacy_functions)
+                        single_tool_call=legacy_functions, reasoning_effort=request.reasoning_effort)
 
 
 def chat_request(request: ChatCompletionRequest, body: dict[str, Any], duet: Duet, owner: str, id_prefix: str) -> WireRequest:

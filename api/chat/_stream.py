@@ -24,8 +24,10 @@ DONE = b"data: [DONE]\n\n"
 
 
 
-def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> bytes:
+def _usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0, cached_tokens: int = 0) -> bytes:
     usage: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     if reasoning_tokens:
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return _json(usage)
@@ -71,9 +73,9 @@ class ChunkEncoder:
         # finish_reason of any chunk that carries usage.
         return self._head + b'{},"logprobs":null,"finish_reason":' + _json(reason) + b"}]}\n\n"
 
-    def usage(self, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> bytes:
+    def usage(self, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0, cached_tokens: int = 0) -> bytes:
         """The ``stream_options.include_usage`` chunk: no choices, only usage."""
-        return self._prefix + b'"choices":[],"usage":' + _usage(prompt_tokens, completion_tokens, reasoning_tokens) + b"}\n\n"
+        return self._prefix + b'"choices":[],"usage":' + _usage(prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens) + b"}\n\n"
 
     @staticmethod
     def error(body: dict[str, object]) -> bytes:
@@ -107,10 +109,11 @@ class ChunkWriter(Batched):
     def function_call(self, call: ToolCall) -> None:
         self._out += (self.encoder.function_call_head(call.name), self.encoder.function_call_arguments(call.arguments))
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int,
+               cached_tokens: int = 0) -> None:
         self._out.append(self.encoder.finish(reason))
         if self._include_usage:
-            self._out.append(self.encoder.usage(prompt_tokens, completion_tokens, reasoning_tokens))
+            self._out.append(self.encoder.usage(prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens))
         self._out.append(DONE)
 
     def error(self, error: APIError) -> None:

@@ -58,10 +58,11 @@ class MessageFold:
     def function_call(self, call: ToolCall) -> None:  # legacy OpenAI functions: not a Messages client's
         self.tool_call(0, call)
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int,
+               cached_tokens: int = 0) -> None:
         self._close_block()
         self._message = Message(id=self._id, model=self._model, content=self._blocks, stop_reason=STOP_REASONS[reason],
-                                usage=MessageUsage.of(prompt_tokens, completion_tokens, reasoning_tokens))
+                                usage=MessageUsage.of(prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens))
 
     def error(self, error: APIError) -> None:
         self._error = error

@@ -75,8 +75,8 @@ class Metadata(LenientModel):
 class MessagesRequest(LenientModel):
     """``POST /v1/messages`` (and, without ``max_tokens`` and ``stream``, ``/v1/messages/count_tokens``).
 
-    ``thinking`` (``enabled`` / ``adaptive`` / ``disabled``) is accepted and left to the pipeline: its
-    reasoner thinks, whatever budget the client names. ``top_k`` is accepted and not passed on
+    ``thinking`` drives the reasoner: ``disabled`` skips it, ``enabled`` bounds it by ``budget_tokens``,
+    ``adaptive`` leaves it to the pipeline. ``top_k`` is accepted and not passed on
     (OpenAI-compatible upstreams have no such parameter)."""
 
     model: str = Field(min_length=1, max_length=256)
@@ -138,12 +138,16 @@ class MessageUsage(ResponseModel):
 
     input_tokens: int
     output_tokens: int
+    cache_read_input_tokens: Annotated[Optional[int], Omitted] = None
     output_tokens_details: Annotated[Optional[OutputTokensDetails], Omitted] = None
 
     @classmethod
-    def of(cls, input_tokens: int, output_tokens: int, thinking_tokens: int) -> "MessageUsage":
+    def of(cls, input_tokens: int, output_tokens: int, thinking_tokens: int, cached_tokens: int = 0) -> "MessageUsage":
+        """Anthropic counts cache reads apart from ``input_tokens``: the upstreams' cached prompt tokens
+        move from one to the other."""
         details = OutputTokensDetails(thinking_tokens=thinking_tokens) if thinking_tokens else None
-        return cls(input_tokens=input_tokens, output_tokens=output_tokens, output_tokens_details=details)
+        return cls(input_tokens=input_tokens - cached_tokens, output_tokens=output_tokens, output_tokens_details=details,
+                   cache_read_input_tokens=cached_tokens or None)
 
 
 class Message(BaseModel):

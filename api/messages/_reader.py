@@ -108,7 +108,22 @@ def asked_options(request: MessagesRequest) -> AskedOptions:
     else:
         tool_choice = ToolChoice()
     parallel = False if getattr(choice, "disable_parallel_tool_use", None) else None
-    return AskedOptions(create_args, tool_choice, parallel_tool_calls=parallel)
+    return AskedOptions(create_args, tool_choice, parallel_tool_calls=parallel, reasoning_budget=thinking_budget(request.thinking))
+
+
+def thinking_budget(thinking: dict[str, Any] | None) -> int | None:
+    """``thinking`` as a budget in tokens: ``disabled`` is 0 (no reasoner call), ``enabled`` its
+    ``budget_tokens``; ``adaptive`` or none: the pipeline decides (``None``)."""
+    kind = (thinking or {}).get("type")
+    if kind == "disabled":
+        return 0
+    budget = (thinking or {}).get("budget_tokens")
+    if kind == "enabled" and isinstance(budget, int) and not isinstance(budget, bool):
+        if budget < 1:
+            raise APIError(400, "thinking.budget_tokens: must be at least 1", param="thinking.budget_tokens",
+                           code="invalid_request_error")
+        return budget
+    return None
 
 
 def messages_request(request: MessagesRequest, given: MessagesInput, duet: Duet, owner: str, id_prefix: str) -> WireRequest:
@@ -131,7 +146,7 @@ def chat_messages_of(request: MessagesRequest) -> list[dict[str, Any]]:
         param = f"messages.{index}"
         role = message.get("role")
         content = message.get("content")
-        if isinstance(content, list) and not content or content is None:
+        if (isinstance(content, list) and not content) or content is None:
             raise APIError(400, f"{param}.content: a message needs content", param=f"{param}.content")
         if role == "user":
             out += _user_turn(content, f"{param}.content")

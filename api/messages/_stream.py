@@ -10,6 +10,7 @@ The shapes are :mod:`duet.api.messages._protocol`'s models; a unit test holds th
 
 from __future__ import annotations
 
+from typing import Any
 
 from duet._wire_json import dumps as _json
 from duet.agents import ToolCall
@@ -50,7 +51,7 @@ class MessageStreamWriter(Batched):
 
 
     def start(self) -> None:
-        message = {"id": self._message_id, "type": "message", "role": "assistant", "model": self._model, "content": [],
+        message: dict[str, Any] = {"id": self._message_id, "type": "message", "role": "assistant", "model": self._model, "content": [],
                    "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
         self._out.append(b"event: message_start\ndata: " + _json({"type": "message_start", "message": message}) + b"\n\n")
 
@@ -76,9 +77,10 @@ class MessageStreamWriter(Batched):
     def function_call(self, call: ToolCall) -> None:  # legacy OpenAI functions: not a Messages client's
         self.tool_call(0, call)
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int,
+               cached_tokens: int = 0) -> None:
         self._close_block()
-        usage = MessageUsage.of(prompt_tokens, completion_tokens, reasoning_tokens).model_dump(exclude_none=True)
+        usage = MessageUsage.of(prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens).model_dump(exclude_none=True)
         delta = {"type": "message_delta", "delta": {"stop_reason": STOP_REASONS[reason], "stop_sequence": None}, "usage": usage}
         self._out += (b"event: message_delta\ndata: " + _json(delta) + b"\n\n",
                       b'event: message_stop\ndata: {"type":"message_stop"}\n\n')

@@ -86,8 +86,10 @@ class Metrics:
         self.upstream_first_token = Histogram("duet_upstream_time_to_first_token_seconds",
                                               "Model calls, from request to the upstream's first piece.",
                                               upstream, buckets=FIRST_TOKEN_SECONDS, registry=registry)
-        self.tokens = Counter("duet_tokens", "Tokens as the upstreams counted them (direction: input, output).",
-                              [*upstream, "direction"], registry=registry)
+        self.tokens = Counter("duet_tokens", "Tokens by direction (input, output, cached: input the upstream read from its "
+                              "prompt cache) and source (upstream: its own count; estimate: Duet's, for a call it closed "
+                              "early; reused: a retry's reused reasoning, no new tokens).",
+                              [*upstream, "direction", "source"], registry=registry)
         self.upstream_errors = Counter("duet_upstream_errors", "Failed model calls by upstream HTTP status or failure kind.",
                                        [*upstream, "code"], registry=registry)
         self.tool_calls = Counter("duet_tool_calls", "Tool calls: service tools run (ok, error, cancelled); client tools "

@@ -20,7 +20,7 @@ from duet.agents import (
     UpstreamUnreachable,
     upstream_error_from_openai,
 )
-from duet.agents import Stage, StoreOutcome
+from duet.agents import Stage, StoreOutcome, Usage
 
 from duet.api.observability._logs import json_lines, logfmt
 from duet.api.observability._metrics import Metrics, process_metrics
@@ -59,7 +59,7 @@ class Observability:
 
 
 class _Stage:
-    __slots__ = ("calls", "seconds", "first_token", "input_tokens", "output_tokens", "errors")
+    __slots__ = ("calls", "seconds", "first_token", "input_tokens", "output_tokens", "cached_tokens", "sources", "errors")
 
     def __init__(self) -> None:
         self.calls = 0
@@ -67,13 +67,26 @@ class _Stage:
         self.first_token: float | None = None
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cached_tokens = 0
+        self.sources: list[str] = []  # where the token figures come from, when not (only) the upstream's count
         self.errors: list[str] = []
+
+    def count(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int, source: str) -> None:
+        self.input_tokens += prompt_tokens
+        self.output_tokens += completion_tokens
+        self.cached_tokens += cached_tokens
+        if source != "upstream" and source not in self.sources:
+            self.sources.append(source)
 
     def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"calls": self.calls, "ms": _ms(self.seconds)}
         if self.first_token is not None:
             fields["ttft_ms"] = _ms(self.first_token)
         fields["tokens_in"], fields["tokens_out"] = self.input_tokens, self.output_tokens
+        if self.cached_tokens:
+            fields["tokens_cached"] = self.cached_tokens
+        if self.sources:
+            fields["tokens_source"] = ",".join(self.sources)
         if self.errors:
             fields["errors"] = self.errors
         return fields
@@ -138,6 +151,14 @@ class RequestObservation:
                                     time.time_ns() - int(seconds * 1e9))
             span.end()
         self._log_call({"store": operation, "outcome": outcome, "ms": _ms(seconds)})
+
+    def usage(self, stage: Stage, usage: Usage) -> None:
+        """Tokens no model call's result reported: an estimate, or a reused reasoning (none new)."""
+        self.stage(stage).count(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.origin)
+        metrics = self.hub.metrics
+        if metrics is not None:
+            count_tokens(metrics, (self.pipeline, stage), usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                         usage.origin)
 
     # Bookkeeping
 
@@ -255,9 +276,9 @@ class _ModelCall:
             code = upstream_error_code(error)
             figures.errors.append(code)
         usage = result.usage if result is not None else None
+        cached = getattr(result, "cached_tokens", 0) or 0
         if usage is not None:
-            figures.input_tokens += usage.prompt_tokens
-            figures.output_tokens += usage.completion_tokens
+            figures.count(usage.prompt_tokens, usage.completion_tokens, cached, "upstream")
         metrics = request.hub.metrics
         if metrics is not None:
             labels = (request.pipeline, self.stage)
@@ -265,8 +286,7 @@ class _ModelCall:
             if first_token is not None:
                 metrics.child(metrics.upstream_first_token, *labels).observe(first_token)
             if usage is not None:
-                metrics.child(metrics.tokens, *labels, "input").inc(usage.prompt_tokens)
-                metrics.child(metrics.tokens, *labels, "output").inc(usage.completion_tokens)
+                count_tokens(metrics, labels, usage.prompt_tokens, usage.completion_tokens, cached, "upstream")
             if code is not None:
                 metrics.child(metrics.upstream_errors, *labels, code).inc()
         span = self.span
@@ -315,6 +335,15 @@ class _ToolCall:
                 self.span.set_status(StatusCode.ERROR)
             self.span.end()
         request._log_call({"tool": self.tool[:64], "kind": "service", "outcome": outcome, "ms": _ms(seconds)})
+
+
+def count_tokens(metrics: Metrics, labels: tuple[str, str], prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+                 source: str) -> None:
+    """``duet_tokens_total`` for one model call (or one estimate, one reuse) of a stage."""
+    metrics.child(metrics.tokens, *labels, "input", source).inc(prompt_tokens)
+    metrics.child(metrics.tokens, *labels, "output", source).inc(completion_tokens)
+    if cached_tokens:
+        metrics.child(metrics.tokens, *labels, "cached", source).inc(cached_tokens)
 
 
 _current: ContextVar[RequestObservation | None] = ContextVar("duet_request_observation", default=None)

@@ -84,7 +84,8 @@ class ResponsesRequest(LenientModel):
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, ge=0, le=1)
     text: Optional[TextConfig] = None
-    reasoning: Optional[dict[str, Any]] = None  # accepted: the reasoning model's own settings govern
+    reasoning: Optional[dict[str, Any]] = None  # its ``effort`` drives the reasoner (responses/_reader.py)
+    prompt_cache_key: Optional[str] = Field(None, max_length=1024)  # passed on to the answer model (prompt caches)
     metadata: Optional[dict[MetadataKey, MetadataValue]] = Field(None, max_length=16)  # as OpenAI bounds it
     user: Optional[str] = None
     store: Optional[bool] = None  # default: true
@@ -169,8 +170,9 @@ class ResponseUsage(BaseModel):
     total_tokens: int
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> "ResponseUsage":
+    def of(cls, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, cached_tokens: int = 0) -> "ResponseUsage":
         return cls(input_tokens=prompt_tokens, output_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens,
+                   input_tokens_details=InputTokensDetails(cached_tokens=cached_tokens),
                    output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens))
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, get_args
 
 from pydantic import ValidationError
 
-from duet.agents import ConversationError, conversation_from_openai
+from duet.agents import ConversationError, ReasoningEffort, conversation_from_openai
 from duet.workbenches import ContentCache, ProxyTool, content_key, proxy_tools_from_openai
 
 from duet.api._options import AskedOptions, ToolChoice, sampling_args
@@ -280,7 +280,7 @@ def messages_from_items(items: Sequence[Any], instructions: str | None, origins:
     out = _Messages()
     if instructions:
         out.add({"role": "system", "content": instructions}, "instructions")
-    for item, param in zip(items, origins):
+    for item, param in zip(items, origins, strict=True):
         if not isinstance(item, Mapping):
             raise APIError(400, f"{param}: each input item must be an object", param=param, code="invalid_request")
         kind = _kind_of(item, param, "message" if "role" in item else None)
@@ -348,7 +348,8 @@ def proxy_tools(chat_tools: list[dict[str, Any]]) -> list[ProxyTool]:
         raise APIError(400, str(exc), param="tools", code="invalid_request") from None
 
 
-SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "max_output_tokens": "max_tokens", "user": "user"}
+SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "max_output_tokens": "max_tokens", "user": "user",
+                   "prompt_cache_key": "prompt_cache_key"}
 """The Responses API's fields for the answer model, by their Chat Completions names (``text.format`` aside)."""
 
 
@@ -360,7 +361,21 @@ def asked_options(request: ResponsesRequest) -> AskedOptions:
     if request.text is not None and request.text.format is not None and request.text.format.type != "text":
         create_args["response_format"] = request.text.format.response_format()
     return AskedOptions(create_args, _tool_choice(request.tool_choice), parallel_tool_calls=request.parallel_tool_calls,
-                        error_code="invalid_request")
+                        error_code="invalid_request", reasoning_effort=reasoning_effort(request.reasoning))
+
+
+REASONING_EFFORTS = frozenset(get_args(ReasoningEffort))
+
+
+def reasoning_effort(reasoning: dict[str, Any] | None) -> ReasoningEffort | None:
+    """``reasoning.effort`` (Codex sends it); an effort Duet does not know is refused, naming the param."""
+    effort = (reasoning or {}).get("effort")
+    if effort is None:
+        return None
+    if effort not in REASONING_EFFORTS:
+        raise APIError(400, f"reasoning.effort: one of {', '.join(sorted(REASONING_EFFORTS))}, got {str(effort)[:40]!r}",
+                       param="reasoning.effort", code="invalid_request")
+    return effort
 
 
 def _tool_choice(choice: str | NamedToolChoice | None) -> ToolChoice:

@@ -87,11 +87,11 @@ class Responses(WireProtocol[ParsedResponses]):
             found = _item(record, item_id)
             if found is not None:
                 return found
-        record = await self.store.record_with_item(owner, item_id)
-        found = _item(record, item_id) if record is not None else None
-        if found is None:
+        stored = await self.store.record_with_item(owner, item_id)
+        found = _item(stored, item_id) if stored is not None else None
+        if stored is None or found is None:
             raise not_found(f"{param}.id", "item", item_id, self.store.item_unsaved(owner, item_id), "item_not_found")
-        records.append(record)  # type: ignore[arg-type]
+        records.append(stored)
         return found
 
     def _shell(self, request: WireRequest, response_id: str) -> Any:
@@ -122,7 +122,7 @@ class Responses(WireProtocol[ParsedResponses]):
         record = await self.store.response(owner, response_id)
         if record is None:
             raise not_found("response_id", "response", response_id, self.store.response_unsaved(owner, response_id), "not_found")
-        return record["response"]  # type: ignore[no-any-return]
+        return record["response"]
 
 
 def not_found(param: str, what: str, given_id: str, unsaved: bool, code: str) -> APIError:

@@ -143,14 +143,15 @@ class ResponseFold:
     def function_call(self, call: ToolCall) -> None:  # legacy Chat Completions clients only
         self.tool_call(0, call)
 
-    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> None:
+    def finish(self, reason: WireFinishReason, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int,
+               cached_tokens: int = 0) -> None:
         incomplete = reason in ("length", "content_filter")
         self._close("incomplete" if incomplete else "completed")
         response = self.response
         response.status = "incomplete" if incomplete else "completed"
         if incomplete:
             response.incomplete_details = IncompleteDetails(reason="max_output_tokens" if reason == "length" else "content_filter")
-        response.usage = ResponseUsage.of(prompt_tokens, completion_tokens, reasoning_tokens)
+        response.usage = ResponseUsage.of(prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens)
         self._finished = True
 
     def end(self) -> None:

@@ -319,7 +319,7 @@ def _tell(gone: asyncio.Future[None], then: Callable[[], object] | None) -> None
     if then is not None:
         try:
             then()
-        except Exception:  # noqa: BLE001 - in the server's own callback: logged, never raised into the protocol
+        except Exception:  # in the server's own callback: logged, never raised into the protocol
             logger.exception("a disconnect callback failed")
     gone.set_result(None)
 
@@ -381,12 +381,22 @@ class EdgeServer(uvicorn.Server):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         state = self.server_state
-        while (state.tasks or state.connections) and not self.force_exit and loop.time() < deadline:
+        # uvicorn's server state has no event to wait on (uvicorn polls it too).
+        while (state.tasks or state.connections) and not self.force_exit and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         return not (state.tasks or state.connections)
 
 
-FILES_BESIDES_CONNECTIONS = 128  # upstream connections, MCP servers, the store, logs
+FILES_BESIDES_CONNECTIONS = 128  # MCP servers, the store, logs, idle upstream connections
+
+
+def connections_that_fit(options: ServiceOptions, files: int) -> int:
+    """The most client connections the open-file limit ``files`` leaves room for: each running
+    completion holds an upstream connection beside its client's (up to ``max_concurrent_requests``,
+    or half of what is left when the limit is too small for both), and a few files are the process's own."""
+    usable = max(files - FILES_BESIDES_CONNECTIONS, 2)
+    upstream = min(options.max_concurrent_requests, usable // 2)
+    return max(usable - upstream, 1)
 
 
 def raise_open_file_limit() -> int:
@@ -405,9 +415,9 @@ def serve(app: Any, options: ServiceOptions, gate: Drainable, *, host: str, port
     ``sockets`` already listening (a worker of :mod:`duet.api.server._workers`). ``on_started`` is called
     once the app has started and serves."""
     files = raise_open_file_limit()
-    if files != resource.RLIM_INFINITY and options.max_connections > files - FILES_BESIDES_CONNECTIONS:
-        fitting = max(files - FILES_BESIDES_CONNECTIONS, 1)
-        logger.warning("max_connections %d does not fit the open-file limit %d: using %d", options.max_connections, files, fitting)
+    if files != resource.RLIM_INFINITY and options.max_connections > (fitting := connections_that_fit(options, files)):
+        logger.warning("max_connections %d does not fit the open-file limit %d (with an upstream connection for each of "
+                       "max_concurrent_requests %d): using %d", options.max_connections, files, options.max_concurrent_requests, fitting)
         options = options.model_copy(update={"max_connections": fitting})
     config = uvicorn.Config(
         app,

@@ -61,7 +61,7 @@ def unset_keys(config: ServiceConfig) -> list[str]:
         parts = [("reasoner", pipeline.reasoner), ("answer", pipeline.answer)]
         for part, settings in parts:
             name = settings.api_key_env if settings else None
-            if not name or os.environ.get(name):
+            if settings is None or not name or os.environ.get(name):
                 continue
             if name in KEY_VARIABLES.values() and urlsplit(settings.base_url).scheme != "https":
                 continue

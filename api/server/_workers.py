@@ -153,7 +153,7 @@ class Supervisor:
     def _supervise(self, wakeup: socket.socket) -> int:
         """Until a signal (returns 0) or a worker that exits before it serves (returns :data:`STARTUP_FAILURE`)."""
         while True:
-            waiting_for = [wakeup, *(w.process.sentinel for w in self._workers),
+            waiting_for: list[socket.socket | int | Connection] = [wakeup, *(w.process.sentinel for w in self._workers),
                            *(w.started for w in self._workers if not w.serving)]
             ready = wait(waiting_for, POLL_SECONDS)
             if wakeup in ready:

@@ -21,8 +21,7 @@ def test_openai_agents_sdk_runs_an_agent_with_a_function_tool(duet: DuetServer, 
                                                               tmp_path: Path) -> None:
     script_call(upstream)
     upstream.script(ANSWER, Reply(content=["It is ", "sunny in Paris."]))
-    # -P: the script's folder, tests/, stays off sys.path (tests/http/ would shadow the standard library's http)
-    done = subprocess.run([sys.executable, "-P", str(ROOT / "tests" / "agents_sdk_client.py"), f"{duet.base_url}/v1", API_KEY, mode],
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "agents_sdk_client.py"), f"{duet.base_url}/v1", API_KEY, mode],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -25,7 +25,7 @@ from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 # Studio is installed apart from the test extras (pip install --no-deps autogenstudio==0.4.2.2, see
 # requirements-studio.txt): without it this file is collected and skipped, saying why.
 pytest.importorskip("autogenstudio", reason="AutoGen Studio is not installed (make .venv/.test-ready installs it, see requirements-studio.txt)")
-from autogenstudio.validation.validation_service import ValidationService  # noqa: E402  # after the skip
+from autogenstudio.validation.validation_service import ValidationService  # after the skip
 from duet.workbenches import HttpToolSettings, ToolsSettings, model_safe_name, proxy_tools_from_openai
 
 STUDIO = str(Path(sys.executable).parent / "autogenstudio")

@@ -1,12 +1,10 @@
 """The deployment files: docker-compose.yml (resolved by ``docker-compose config``: no engine runs
-here), the Dockerfile and .dockerignore, and the Kubernetes manifests in deploy/kubernetes
-(validated against the Kubernetes API's schemas by kubernetes-validate, offline). Each is
-cross-checked against the code: every ``DUET_*`` it sets is a setting, and its ports, paths and
-commands are the ones ``duet serve`` has."""
+here), the Dockerfile and .dockerignore (the Kubernetes kit: tests/deploy/). Each is cross-checked
+against the code: every ``DUET_*`` it sets is a setting, and its ports, paths and commands are the
+ones ``duet serve`` has."""
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import importlib
 import json
@@ -21,8 +19,6 @@ from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
-import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
@@ -31,8 +27,6 @@ from duet.api.server._cli import SERVE_FLAGS, build_parser, given_flags, main
 from duet.api._settings import KEY_VARIABLES
 from tests.conftest import ROOT
 
-KUBERNETES = ROOT / "deploy" / "kubernetes"
-KUBERNETES_VERSION = "1.33"  # the oldest release still supported upstream when these were written
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SETTINGS = {f"DUET_{name.upper()}" for name in EnvSettings.model_fields} | set(KEY_VARIABLES.values())
 
@@ -145,71 +139,6 @@ def test_dockerignore_keeps_the_build_context_to_what_the_image_copies() -> None
         assert not ignored(source.rstrip("/") + "/x.py") or not (ROOT / source).is_dir(), source
     for heavy in (".venv", ".venv/lib/x.py", ".git", "tests/test_deploy.py", ".duet/state.db", "api/__pycache__/x.pyc"):
         assert ignored(heavy), heavy
-
-
-def kubernetes_documents() -> list[tuple[str, dict[str, Any]]]:
-    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
-    assert sorted(kustomization["resources"]) == sorted(p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml")
-    return [(name, document) for name in kustomization["resources"]
-            for document in yaml.safe_load_all((KUBERNETES / name).read_text()) if document]
-
-
-def test_kubernetes_manifests_are_valid_against_the_api_schemas() -> None:
-    documents = kubernetes_documents()
-    for name, document in documents:
-        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)  # raises, naming the field
-    # The validator does refuse what the API would: a misspelt field, a port given as text.
-    deployment = next(d for _, d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "duet")
-    misspelt = copy.deepcopy(deployment)
-    misspelt["spec"]["template"]["spec"]["containers"][0]["readinessprobe"] = {}
-    wrong_type = copy.deepcopy(deployment)
-    wrong_type["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8000"
-    for broken in (misspelt, wrong_type):
-        with pytest.raises(kubernetes_validate.ValidationError):
-            kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
-
-
-def test_kubernetes_manifests_match_the_code() -> None:
-    documents = {(d["kind"], d["metadata"]["name"]): d for _, d in kubernetes_documents()}
-    settings = documents["ConfigMap", "duet-settings"]["data"]
-    secrets = documents["Secret", "duet-secrets"]["stringData"]
-    assert set(settings) <= SETTINGS and set(secrets) <= SETTINGS, (set(settings) | set(secrets)) - SETTINGS
-    assert not set(settings) & set(secrets)
-    env = EnvSettings(_env_file=None, **{k.removeprefix("DUET_").lower(): v for k, v in settings.items()})  # values the settings accept
-    assert env.host == "0.0.0.0" and env.workers == 1
-
-    deployment = documents["Deployment", "duet"]
-    pod = deployment["spec"]["template"]
-    [container] = pod["spec"]["containers"]
-    assert container["image"] == f"autogen-duet:{PROJECT['project']['version']}"
-    assert build_parser().parse_args(container["command"][1:]).command == "serve"
-    assert container["command"][0] in PROJECT["project"]["scripts"]
-    assert {ref.get("configMapRef", ref.get("secretRef"))["name"] for ref in container["envFrom"]} == {"duet-settings", "duet-secrets"}
-    [port] = container["ports"]
-    assert port["containerPort"] == env.port
-    served = routes()
-    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": port["name"]} and "/health" in served
-    assert container["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": port["name"]} and "/health/ready" in served
-    assert pod["spec"]["terminationGracePeriodSeconds"] > env.shutdown_timeout
-    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(env.port)
-    labels = pod["metadata"]["labels"]
-    assert deployment["spec"]["selector"]["matchLabels"] == labels
-
-    service = documents["Service", "duet"]
-    assert service["spec"]["selector"] == labels and service["spec"]["ports"][0]["targetPort"] == port["name"]
-
-    redis_service = documents["Service", "duet-redis"]
-    redis = documents["Deployment", "duet-redis"]["spec"]["template"]
-    assert redis_service["spec"]["selector"] == redis["metadata"]["labels"]
-    assert env.state_url == f"redis://{redis_service['metadata']['name']}:{redis_service['spec']['ports'][0]['port']}/0"
-    assert redis["spec"]["containers"][0]["ports"][0]["containerPort"] == redis_service["spec"]["ports"][0]["port"]
-
-    hpa = documents["HorizontalPodAutoscaler", "duet"]["spec"]
-    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "duet"}
-    [metric] = hpa["metrics"]
-    assert metric["pods"]["metric"]["name"] == "duet_requests_in_flight"
-    assert int(metric["pods"]["target"]["averageValue"]) < env.max_concurrent_requests
-    assert hpa["minReplicas"] >= 2  # a follow-up can always reach another replica while one restarts
 
 
 def test_docker_compose_and_the_dockerfile_match_the_code() -> None:

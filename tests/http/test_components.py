@@ -164,9 +164,13 @@ def test_serve_team_round_trip(team_duet: DuetServer, upstream: ScriptedUpstream
 
 def test_serve_team_errors_and_cancellation(team_duet: DuetServer, upstream: ScriptedUpstream) -> None:
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    upstream.script(REASONER, *[Reply(status=500, error_message="reasoner down")] * 3)  # the first try and two retries
+    # A reasoner that is down costs the reasoning, not the answer (issue 26: reasoner.on_failure, answer_alone by default).
+    upstream.script(REASONER, Reply(status=500, error_message="reasoner down"))
     response = httpx.post(f"{team_duet.base_url}/v1/chat/completions", json={"model": "studio-duet", "messages": QUESTION}, headers=headers)
-    assert response.status_code == 502 and "reasoner down" in response.json()["error"]["message"]
+    assert response.status_code == 200 and "reasoner down" in response.json()["choices"][0]["message"]["reasoning_content"]
+    upstream.script(ANSWER, *[Reply(status=500, error_message="answer down")] * 3)  # the first try and two retries
+    response = httpx.post(f"{team_duet.base_url}/v1/chat/completions", json={"model": "studio-duet", "messages": QUESTION}, headers=headers)
+    assert response.status_code == 502 and "answer down" in response.json()["error"]["message"]
 
     upstream.script(REASONER, Reply(reasoning=[f"step {i} " for i in range(40)], delay_between=0.25))
     with httpx.stream("POST", f"{team_duet.base_url}/v1/chat/completions", headers=headers, timeout=30,

@@ -124,7 +124,7 @@ def test_declared_body_over_the_limit_is_refused_before_it_is_read(edge: DuetSer
     with socket.create_connection(("127.0.0.1", edge.port)) as sock:
         sock.sendall(request_head(edge.port, length=50 * MAX_BODY) + b'{"model":')  # the rest never comes
         began = time.monotonic()
-        status, headers, body = read_response(sock, timeout=5)
+        status, _headers, body = read_response(sock, timeout=5)
         assert status == 413 and error_code(body) == "request_too_large"
         assert time.monotonic() - began < TIMEOUT  # at once: not after waiting for the body
         assert closed_by_server(sock, TIMEOUT + 1)  # the rest of the body may not trickle in for longer

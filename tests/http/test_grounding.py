@@ -93,7 +93,7 @@ def search_handler(service: SearchService) -> type[BaseHTTPRequestHandler]:
                 return 200, [{**result, "content": "x" * 2000} for result in RESULTS]
             return 200, RESULTS
 
-        def do_POST(self) -> None:  # noqa: N802 - Tavily's search API
+        def do_POST(self) -> None:  # Tavily's search API
             service.begin()
             start = time.monotonic()
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
@@ -106,7 +106,7 @@ def search_handler(service: SearchService) -> type[BaseHTTPRequestHandler]:
             self._answer(200, {"query": body.get("query"), "answer": None, "images": [],
                                "results": results[: body.get("max_results", 5)], "response_time": 0.01})
 
-        def do_GET(self) -> None:  # noqa: N802 - SearXNG's JSON format
+        def do_GET(self) -> None:  # SearXNG's JSON format
             service.begin()
             start = time.monotonic()
             query = parse_qs(urlsplit(self.path).query).get("q", [""])[0]
@@ -176,7 +176,12 @@ def http(grounded: DuetServer, search: tuple[str, SearchService]) -> Iterator[ht
 
 
 def system_of(upstream: ScriptedUpstream, model: str, index: int = -1) -> str:
-    return str(upstream.requests_for(model)[index].body["messages"][0]["content"])
+    """What a model was told besides the conversation: the reasoner's system message; for the answer model,
+    also the note after the user's message (the retrieved context and the reasoning go there: issue 26)."""
+    messages = upstream.requests_for(model)[index].body["messages"]
+    if model == REASONER:
+        return str(messages[0]["content"])
+    return "\n".join(str(m["content"]) for m in messages if m["role"] in ("system", "user"))
 
 
 def test_search_runs_before_thinking_and_reaches_both_models(http: httpx.Client, upstream: ScriptedUpstream,

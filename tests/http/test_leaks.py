@@ -99,7 +99,8 @@ def served() -> Iterator[tuple[InProcessDuet, ScriptedUpstream]]:
     with ScriptedUpstream(responder=abort_responder) as upstream:
         pipeline = PipelineSettings(
             name="duet",
-            reasoner=ReasonerSettings(base_url=upstream.base_url, model="abort-r1"),
+            # The same requests a thousand times: each must reach the reasoner (no reuse of an earlier reasoning).
+            reasoner=ReasonerSettings(base_url=upstream.base_url, model="abort-r1", reuse_seconds=0),
             answer=AnswerSettings(base_url=upstream.base_url, model="abort-answer"),
             tools=ToolsSettings(functions=["tests.aborts:slow_lookup"]),  # type: ignore[list-item]
         )

@@ -172,6 +172,9 @@ def test_failures_are_counted_by_status_and_upstream_code(watched: DuetServer, c
     upstream.script(ANSWER, Reply(status=400, error_message="context too long"))
     assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 400
     upstream.script(REASONER, Reply(fault="disconnect", reasoning=["a", "b", "c"], fault_after=1))
+    # A reasoner that is down costs the reasoning, not the answer (issue 26); its failure is counted all the same.
+    assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 200
+    upstream.script(ANSWER, Reply(fault="disconnect", content=["a", "b", "c"], fault_after=1))
     assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 502
     assert client.post("/v1/chat/completions", json={"model": "no such model", "messages": USER}).status_code == 404
     assert client.post("/v1/chat/completions", json={"model": "duet", "messages": "not a list"}).status_code == 400
@@ -182,6 +185,7 @@ def test_failures_are_counted_by_status_and_upstream_code(watched: DuetServer, c
 
     assert grew("duet_upstream_errors_total", pipeline="duet", stage="answer", code="400") == 1
     assert grew("duet_upstream_errors_total", pipeline="duet", stage="reasoner", code="disconnected") == 1
+    assert grew("duet_upstream_errors_total", pipeline="duet", stage="answer", code="disconnected") == 1
     assert grew("duet_requests_total", pipeline="duet", protocol="chat.completions", status="400") == 1
     assert grew("duet_requests_total", pipeline="duet", protocol="chat.completions", status="502") == 1
     # A model name the service does not serve is the client's text: it never becomes a label.
@@ -310,7 +314,7 @@ class OTLPReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 body = self.rfile.read(int(self.headers["content-length"]))
                 export = ExportTraceServiceRequest()
                 export.ParseFromString(body)
@@ -441,7 +445,7 @@ def test_two_workers_metrics_are_added_up_and_lines_name_the_worker(upstream: Sc
                 response = http.post("/v1/chat/completions", json={"model": "duet", "messages": USER},
                                      headers={**server.key_header, "X-Request-ID": f"w{pid}-{index}"})
                 assert response.status_code == 200
-        for pid, http in clients.items():  # every worker answers with the sum of both
+        for _pid, http in clients.items():  # every worker answers with the sum of both
             body = http.get("/metrics", headers=server.key_header)
             assert Scrape(body.text).value("duet_requests_total", pipeline="duet", status="200") == 5
             assert Scrape(body.text).value("duet_tokens_total", stage="answer", direction="output") == 10
@@ -512,7 +516,7 @@ def test_a_worker_killed_mid_request_keeps_its_counts_and_leaves_nothing_in_flig
     server = start(upstream, tmp_path, {"DUET_API_KEYS": ""}, ("--workers", "2"))
     try:
         clients = pinned_clients(server)
-        (victim, doomed), (survivor, http) = clients.items()
+        (victim, doomed), (_survivor, http) = clients.items()
         assert doomed.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 200
         upstream.script(ANSWER, Reply(content=["late"], delay=60))
         def hang() -> None:

@@ -60,9 +60,10 @@ def stream(server: DuetServer, model: str) -> tuple[str, str, float]:
 
 
 def reasoning_seen_by_answer_model(upstream: ScriptedUpstream) -> str:
-    system: Any = upstream.requests_for(ANSWER)[0].body["messages"][0]
-    assert system["role"] == "system"
-    return system["content"].split("<reasoning>\n", 1)[1].split("\n</reasoning>", 1)[0]
+    """The reasoning after the user's message in the answer model's prompt."""
+    user: Any = upstream.requests_for(ANSWER)[0].body["messages"][-1]
+    assert user["role"] == "user"
+    return user["content"].rsplit("<reasoning>\n", 1)[1].split("\n</reasoning>", 1)[0]
 
 
 def test_reasoning_is_cut_off_at_its_length_limit(bounded_duet: DuetServer, upstream: ScriptedUpstream) -> None:

@@ -20,11 +20,17 @@ QUESTION = [{"role": "user", "content": "Weather in Paris?"}]
 
 
 def reasoning_in(body: dict[str, Any]) -> str:
-    """The reasoning the answer model was given (in its system message), or ''."""
-    system = body["messages"][0]
-    if system["role"] != "system" or "<reasoning>" not in system["content"]:
-        return ""
-    return system["content"].split("<reasoning>\n", 1)[1].split("\n</reasoning>", 1)[0]
+    """The reasoning the answer model was given (after the latest user message that carries one), or ''."""
+    for message in reversed(body["messages"]):
+        if message["role"] == "user" and isinstance(message["content"], str) and "<reasoning>\n" in message["content"]:
+            return message["content"].rsplit("<reasoning>\n", 1)[1].split("\n</reasoning>", 1)[0]
+    return ""
+
+
+def notes_in(body: dict[str, Any]) -> list[str]:
+    """Every reasoning note in the answer model's prompt, in order."""
+    return [part.split("\n</reasoning>", 1)[0] for message in body["messages"] if message["role"] == "user"
+            and isinstance(message["content"], str) for part in message["content"].split("<reasoning>\n")[1:]]
 
 
 def follow_up(call_id: str, assistant_content: str = "") -> list[dict[str, Any]]:
@@ -91,4 +97,6 @@ def test_true_thinks_again_even_when_the_reasoning_is_restored(http: httpx.Clien
     upstream.script(REASONER, Reply(reasoning=["Now with the result."]))
     answer = continue_round(http, upstream, "duet-rethink", follow_up(call_id))
     assert len(upstream.requests_for(REASONER)) == 2
-    assert reasoning_in(answer) == "Look up the weather.\n\nNow with the result."  # the restored reasoning, then the new
+    # The restored reasoning where it was (after the user's question), then the new one after the tool results.
+    assert notes_in(answer) == ["Look up the weather.", "Now with the result."]
+    assert answer["messages"][-1]["role"] == "user" and answer["messages"][-2]["role"] == "tool"

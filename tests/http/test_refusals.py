@@ -70,7 +70,7 @@ def messages_tool(schema: Any) -> tuple[str, dict[str, Any], str]:
 
 
 def count_tokens_tool(schema: Any) -> tuple[str, dict[str, Any], str]:
-    path, body, param = messages_tool(schema)
+    _path, body, param = messages_tool(schema)
     return "/v1/messages/count_tokens", body, param
 
 

@@ -260,7 +260,7 @@ def test_replicas_behind_a_balancer_share_rounds_and_survive_a_killed_replica(
     assert all(restored(c.answer) for c in succeeded), [c.answer for c in succeeded if not restored(c.answer)]
 
     # The rounds replica 0 began before it died are finished by replica 1: their state was in Redis.
-    for (first, _), stream in zip(held, (False, True, False, True)):
+    for (first, _), stream in zip(held, (False, True, False, True), strict=True):
         answer, served_by = follow_up(held_client, first, stream)
         assert served_by == "replica-1" and restored(answer), answer
 

@@ -79,7 +79,7 @@ def refusals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
         return run_duet([arg.format(tmp=tmp) for arg in argv], tmp, {k: v.format(tmp=tmp) for k, v in env.items()})
 
     with ThreadPoolExecutor(4) as pool:
-        results = dict(zip([case[0] for case in REFUSALS], pool.map(run, REFUSALS)))
+        results = dict(zip([case[0] for case in REFUSALS], pool.map(run, REFUSALS), strict=True))
     yield tmp, results
 
 

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from tests.conftest import ANSWER, REASONER, ROOT, DuetServer, free_port, stop_process, wait_for_port
-from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.http.test_responses import sse
 from tests.http.test_service_tools import NOTIFY, QUESTION, answer_from_results, assert_whole_round_restored, follow_up, mixed_round
 
@@ -348,8 +348,7 @@ def test_the_agents_sdk_takes_responses_that_could_not_be_stored(store_down: Due
 
     script_call(upstream)
     upstream.script(ANSWER, Reply(content=["It is ", "sunny in Paris."]))
-    # -P: the script's folder, tests/, stays off sys.path (tests/http/ would shadow the standard library's http)
-    done = subprocess.run([sys.executable, "-P", str(ROOT / "tests" / "agents_sdk_client.py"), f"{store_down.base_url}/v1", KEY_A, mode],
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "agents_sdk_client.py"), f"{store_down.base_url}/v1", KEY_A, mode],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])

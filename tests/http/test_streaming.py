@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer, sse_events
-from tests.scripted_upstream import Reply, ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedUpstream, users_words
 
 USER = [{"role": "user", "content": "What should I pack for a picnic?"}]
 
@@ -40,9 +40,11 @@ def test_answer_model_sees_the_reasoning(sdk: openai.OpenAI, upstream: ScriptedU
     script_plain(upstream)
     sdk.chat.completions.create(model="duet", messages=USER)
     answer_request = upstream.requests_for(ANSWER)[0].body
-    system = answer_request["messages"][0]
-    assert system["role"] == "system" and "Four people need food." in system["content"]
-    assert answer_request["messages"][1:] == USER
+    system, user = answer_request["messages"]
+    # The reasoning follows the user's message it is about (issue 26: the system message stays the same every turn).
+    assert system["role"] == "system" and "Four people need food." not in system["content"]
+    assert user["role"] == "user" and users_words(user["content"]) == USER[0]["content"]
+    assert user["content"].endswith("\n\n<reasoning>\nFour people need food.\n</reasoning>")
 
 
 def test_non_stream_completion(sdk: openai.OpenAI, upstream: ScriptedUpstream) -> None:
@@ -73,7 +75,7 @@ def test_stream_framing_matches_the_dify_contract(http: httpx.Client, upstream: 
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     for delta in deltas[1:]:
         assert not ("reasoning_content" in delta and "content" in delta), delta
-        assert delta.get("reasoning_content", "x") != "" and delta.get("content", "x") != "" or delta == {}
+        assert (delta.get("reasoning_content", "x") != "" and delta.get("content", "x") != "") or delta == {}
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert finishes == ["stop"]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0

@@ -68,7 +68,7 @@ def test_service_tool_loop_sends_the_reasoning_back(http: httpx.Client, upstream
                     Reply(reasoning=["Found Ada."], reasoning_field=field, content=["It is Ada."], usage=(50, 9)))
     message = post(http, {"model": "duet-thinking", "messages": QUESTION}, stream)
     assert message["content"] == "It is Ada."
-    first, second = upstream.requests_for(THINKING_ANSWER)
+    _first, second = upstream.requests_for(THINKING_ANSWER)
     [turn] = tool_turns(second.body)
     if field == "reasoning_details":  # OpenRouter's details go back whole, fragments joined, signature kept
         assert turn["reasoning_details"] == [{"type": "reasoning.text", "text": "I need the customer.", "index": 0, "format": "unknown",

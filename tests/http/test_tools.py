@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer, sse_events, tool
-from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream, users_words
 
 WEATHER = tool("get_weather", "Current weather for a city.", {"city": {"type": "string", "description": "City name"}})
 QUESTION = [{"role": "user", "content": "Weather in Paris and Rome?"}]
@@ -257,5 +257,5 @@ def test_requests_never_see_each_others_tools(http: httpx.Client, duet: DuetServ
     answer_calls = upstream.requests_for(ANSWER)
     assert len(answer_calls) == 6
     for call in answer_calls:
-        asked = call.body["messages"][-1]["content"]
+        asked = users_words(call.body["messages"][-1]["content"])
         assert [t["function"]["name"] for t in call.body["tools"]] == [f"tool_{asked}"]

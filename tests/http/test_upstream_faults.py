@@ -29,7 +29,8 @@ USER = [{"role": "user", "content": "hi"}]
 
 def fault_config(upstream_url: str) -> dict[str, Any]:
     quick = {"base_url": upstream_url, "read_timeout": 1.0, "retry_backoff": 0.01, "max_retry_wait": 2.0}
-    reasoner = {**quick, "model": REASONER}
+    # The reasoner as it failed before issue 26 (the request fails; its calls retried): what this matrix checks.
+    reasoner = {**quick, "model": REASONER, "on_failure": "fail", "max_retries": 2}
     answer = {**quick, "model": ANSWER, "api_key_env": "FX_UPSTREAM_KEY", "headers": {"X-Org": ORG_HEADER}}
     dead = {**quick, "base_url": f"http://127.0.0.1:{free_port()}/v1", "connect_timeout": 1.0}
     stock = {"client": "openai", "max_retries": 0}
@@ -38,7 +39,7 @@ def fault_config(upstream_url: str) -> dict[str, Any]:
         "pipelines": [
             {"name": "fx", "reasoner": reasoner, "answer": answer},
             {"name": "fx-stock", "reasoner": {**reasoner, **stock}, "answer": {**answer, **stock}},
-            {"name": "fx-dead-reasoner", "reasoner": {**dead, "model": REASONER}, "answer": answer},
+            {"name": "fx-dead-reasoner", "reasoner": {**dead, "model": REASONER, "on_failure": "fail"}, "answer": answer},
             {"name": "fx-dead-answer", "reasoner": reasoner, "answer": {**dead, "model": ANSWER}},
             {"name": "fx-stock-dead-answer", "reasoner": reasoner, "answer": {**dead, **stock, "model": ANSWER}},
             {"name": "fx-answer-only", "answer": {**answer, "max_retries": 2}},

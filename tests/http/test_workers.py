@@ -95,7 +95,7 @@ def alive(pid: int) -> bool:
 def test_two_workers_serve_the_port_and_the_parent_serves_nothing(two_workers: DuetServer) -> None:
     pids = pids_seen(two_workers, 2)
     assert len(pids) == 2 and two_workers.process.pid not in pids
-    assert "serving on 127.0.0.1:%d with 2 workers" % two_workers.port in two_workers.log.read_text()
+    assert f"serving on 127.0.0.1:{two_workers.port} with 2 workers" in two_workers.log.read_text()
 
 
 def test_a_tool_round_continues_on_the_other_worker(two_workers: DuetServer, upstream: ScriptedUpstream) -> None:

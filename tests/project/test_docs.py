@@ -94,7 +94,7 @@ def test_the_readme_sdk_round_trip_prints_what_it_shows(readme_duet: DuetServer)
     assert program.count("http://127.0.0.1:8000/v1") == 1
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(program.replace("http://127.0.0.1:8000/v1", f"{readme_duet.base_url}/v1"), {})  # noqa: S102 - the README's own example
+        exec(program.replace("http://127.0.0.1:8000/v1", f"{readme_duet.base_url}/v1"), {})  # the README's own example
     assert printed.getvalue() == shown
 
 

@@ -202,7 +202,7 @@ def assert_holds(old: object, loaded: object, where: str = "team") -> None:
                 assert_holds(value, loaded[key], f"{where}.{key}")
     elif isinstance(old, list):
         assert isinstance(loaded, list) and len(loaded) == len(old), where
-        for index, (item, other) in enumerate(zip(old, loaded)):
+        for index, (item, other) in enumerate(zip(old, loaded, strict=True)):
             assert_holds(item, other, f"{where}[{index}]")
     else:
         assert loaded == old, f"{where}: {loaded!r} != {old!r}"

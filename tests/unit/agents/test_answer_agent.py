@@ -63,12 +63,14 @@ def test_answer_prompt_merges_instructions_and_keeps_images_only_for_vision(visi
     run_turn(agent, ModelMessage(message=SystemMessage(content="Answer in English."), source="app"), question,
              reasoning_of(question, "It is a dark square."))
     system, *rest = client.calls[0].messages
-    assert system == SystemMessage(content="Be exact.\n\nAnswer in English.\n\n" + REASONING_PREAMBLE.format(reasoning="It is a dark square."))
+    # The reasoning follows the user turn it is about (the system message stays the same every turn: cacheable).
+    assert system == SystemMessage(content="Be exact.\n\nAnswer in English.\n\n" + REASONING_PREAMBLE)
+    note = "<reasoning>\nIt is a dark square.\n</reasoning>"
     assert len(rest) == 1 and isinstance(rest[0], UserMessage)
     if vision:
-        assert rest[0].content == ["What is on this picture?", image]
+        assert rest[0].content == ["What is on this picture?", image, note]
     else:
-        assert rest[0].content == "What is on this picture?\n[image omitted]"
+        assert rest[0].content == "What is on this picture?\n[image omitted]\n\n" + note
 
 
 async def lookup_order(order_id: str) -> str:

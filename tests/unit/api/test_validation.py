@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 import pytest
-from duet.api._errors import APIError  # noqa: E402
-from duet.api._validation import MAX_JSON_DEPTH, load_body  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from duet.api._errors import APIError
+from duet.api._validation import MAX_JSON_DEPTH, load_body
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize("size", ["small", "large"])  # parsed on the event loop, and in a thread after a scan

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from duet.workbenches import proxy_tools_from_openai  # noqa: E402
+from duet.workbenches import proxy_tools_from_openai
 
 from tests.core_parts import tool_entry
 
@@ -29,7 +29,7 @@ def test_a_tool_list_is_validated_once_per_content_and_keyed_once() -> None:
     bad = tool_entry("checked_once")
     bad["function"]["parameters"]["type"] = "string"
     for _ in range(2):  # an invalid list is never kept
-        with pytest.raises(ValidationError, match="tools.1.function.parameters"):
+        with pytest.raises(ValidationError, match=r"tools.1.function.parameters"):
             request(tool_entry("checked_too"), bad)
     assert request(tool_entry("checked_once"), tool_entry("checked_too"))[0].tools is first.tools
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from duet.agents import OpenAICompatibleClient  # noqa: E402
-from duet.agents._reasoning_agent import describe_tools  # noqa: E402
-from duet.agents.upstream._transform import tool_to_openai, tools_json  # noqa: E402
-from duet.workbenches import (  # noqa: E402
+from duet.agents import OpenAICompatibleClient
+from duet.agents._reasoning_agent import describe_tools
+from duet.agents.upstream._transform import tool_to_openai, tools_json
+from duet.workbenches import (
     CachingToolSchema,
     ProxyTool,
     derived_from,
     proxy_tools_from_openai,
 )
-from duet.workbenches import _tool_schemas as tool_schemas  # noqa: E402
-from duet.workbenches._tool_schemas import ContentCache  # noqa: E402
+from duet.workbenches import _tool_schemas as tool_schemas
+from duet.workbenches._tool_schemas import ContentCache
 
 from tests.core_parts import tool_entry
 
@@ -24,7 +24,7 @@ from tests.core_parts import tool_entry
 def test_equal_tool_entries_give_one_tool_and_one_encoding() -> None:
     first = proxy_tools_from_openai([tool_entry(), tool_entry("other")])
     again = proxy_tools_from_openai([tool_entry(), tool_entry("other")])  # equal content, new objects (a new request)
-    assert [a is b for a, b in zip(first, again)] == [True, True]
+    assert [a is b for a, b in zip(first, again, strict=True)] == [True, True]
     assert tools_json([t.schema for t in first]) is not None
     encoded = derived_from(first[0].schema, "openai_json", lambda s: "derived again")
     assert encoded == json.dumps(tool_to_openai(first[0].schema), ensure_ascii=False)  # derived once, by tools_json
@@ -52,7 +52,7 @@ def test_a_tool_list_seen_before_gives_its_tools_and_a_changed_list_keeps_its_un
     with monkeypatch.context() as patch:  # a list seen before is not read tool by tool
         patch.setattr(tool_schemas._tools, "get_or_make", lambda *_: pytest.fail("looked at one tool"))
         again = proxy_tools_from_openai(json.loads(json.dumps([tool_entry("list_a"), tool_entry("list_b")])))  # the next request's body
-    assert [a is b for a, b in zip(first, again)] == [True, True]
+    assert [a is b for a, b in zip(first, again, strict=True)] == [True, True]
     changed = proxy_tools_from_openai([tool_entry("list_a"), tool_entry("list_b", minimum=5)])
     assert changed[0] is first[0] and changed[1] is not first[1]
     assert changed[1].schema["parameters"]["properties"]["top"]["minimum"] == 5

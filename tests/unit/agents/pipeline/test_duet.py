@@ -141,7 +141,7 @@ def _close_the_clients(upstream: ScriptedUpstream) -> None:
     async def main() -> None:
         duet = Duet.from_team(document)
         for _ in range(3):
-            upstream.script(REASONER, *[Reply(status=500)] * 3)  # the first try and two retries
+            upstream.script(ANSWER, *[Reply(status=500)] * 3)  # the first try and two retries
             assert isinstance([e async for e in duet.stream(USER)][-1], Failed)
         for _ in range(2):
             assert [e async for e in duet.stream(USER)][-1].kind == "done"

@@ -120,7 +120,7 @@ def test_a_duet_task_without_a_bound_run_fails_loudly() -> None:
     async def main() -> None:
         await replayed_team().run(task=task_messages(list(CONVERSATION)))
 
-    with pytest.raises(RuntimeError, match="RunNotBoundError.*reasoner was handed a Duet task.*no run is bound"):
+    with pytest.raises(RuntimeError, match=r"RunNotBoundError.*reasoner was handed a Duet task.*no run is bound"):
         asyncio.run(main())
 
 

@@ -5,18 +5,18 @@ each."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import (
-    SequentialRoutedAgent,  # noqa: E402
+    SequentialRoutedAgent,
 )
 from autogen_core import (
     AgentId,
     MessageContext,
     SingleThreadedAgentRuntime,
-    rpc,  # noqa: E402
+    rpc,
 )
 from duet.agents.runtime import LeanAgentRuntime
 

@@ -361,7 +361,7 @@ def test_a_completion_without_finish_reason_stopped_and_one_without_a_message_is
 
 @pytest.mark.parametrize("body", [data({"error": {"message": "Nope.", "code": 429}}), data({"object": "error", "message": "Nope."})])
 def test_a_completion_that_is_an_error_object(body: bytes) -> None:
-    with pytest.raises(UpstreamStatusError, match="answered HTTP 200 with an error: Nope."):
+    with pytest.raises(UpstreamStatusError, match=r"answered HTTP 200 with an error: Nope."):
         StreamAccumulator("m").read_completion(body)
 
 

@@ -1,0 +1,134 @@
+"""Upstream calls per user call under faults (issue 26): how many times a rate-limited answer model or
+a failing reasoner makes the reasoner and the answer model be called, for one call of a user's client.
+
+Clients, each with its own default retries: the openai SDK (and every framework built on it), the
+anthropic SDK (Claude Code's own client, on ``/v1/messages``), and LlamaIndex's pattern (its OpenAI LLM:
+the openai SDK with ``max_retries=3`` inside a retry decorator of 3 attempts on rate limits and 5xx;
+emulated here, LlamaIndex itself is not installed). Faults: the answer model answers 429 with
+``Retry-After: 1`` (within what Duet waits out) or ``7`` (beyond), or the reasoner answers 500.
+
+Run it once with this checkout's ``duet`` and once with another's (``--duet``: the command that runs
+it, e.g. a checkout of main before the change), interleaved; each run writes
+``bench/results/reasoning_once-<time>.json``::
+
+    .venv/bin/python bench/reasoning_once.py --label after
+    .venv/bin/python bench/reasoning_once.py --label before --duet "/tmp/before/.venv/bin/python -m duet.api"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import anthropic
+import openai
+import yaml
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this script's folder: tests/
+
+from harness import DUET, free_port, stop, wait_up
+from record import begin, save
+from tests.scripted_upstream import Reply, ScriptedUpstream
+
+REASONER, ANSWER = "once-r1", "once-answer"
+FAULTS: dict[str, tuple[str, Reply]] = {
+    "answer 429, Retry-After 1": (ANSWER, Reply(status=429, error_message="slow down", headers={"Retry-After": "1"})),
+    "answer 429, Retry-After 7": (ANSWER, Reply(status=429, error_message="slow down", headers={"Retry-After": "7"})),
+    "reasoner 500": (REASONER, Reply(status=500, error_message="reasoner crashed")),
+}
+
+
+def openai_sdk(base: str, question: str) -> None:
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="bench", timeout=120)
+    client.chat.completions.create(model="once", messages=[{"role": "user", "content": question}])
+
+
+def anthropic_sdk(base: str, question: str) -> None:
+    client = anthropic.Anthropic(base_url=base, api_key="bench", timeout=120)
+    client.messages.create(model="once", max_tokens=200, messages=[{"role": "user", "content": question}])
+
+
+def llama_index_pattern(base: str, question: str) -> None:
+    """LlamaIndex's OpenAI LLM: an openai client with max_retries=3, its calls inside a retry decorator
+    (3 attempts on rate limits, timeouts and 5xx; its own waits shortened here to 0.5 s)."""
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="bench", timeout=120, max_retries=3)
+    for attempt in range(3):
+        try:
+            client.chat.completions.create(model="once", messages=[{"role": "user", "content": question}])
+            return
+        except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError):
+            if attempt == 2:
+                raise
+            time.sleep(0.5)
+
+
+CLIENTS: dict[str, Callable[[str, str], None]] = {
+    "openai SDK": openai_sdk, "anthropic SDK (Claude Code's client)": anthropic_sdk, "LlamaIndex pattern": llama_index_pattern,
+}
+
+
+def serve(duet: str, upstream: ScriptedUpstream, directory: Path) -> tuple[Any, str]:
+    """``duet serve`` (the given console script) with one pipeline on the scripted upstream, defaults otherwise."""
+    config = directory / "duet.yaml"
+    config.write_text(yaml.safe_dump({"pipelines": [{
+        "name": "once", "reasoner": {"base_url": upstream.base_url, "model": REASONER},
+        "answer": {"base_url": upstream.base_url, "model": ANSWER}}]}))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
+    env.update({"DUET_PORT": str(port), "DUET_LOG_LEVEL": "warning", "DUET_STATE_URL": f"sqlite:///{directory / 'state.db'}"})
+    process = subprocess.Popen([*shlex.split(duet), "serve", "--config", str(config)], env=env, cwd=directory,
+                               stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_up(f"{base}/health", process=process)
+    return process, base
+
+
+def measure(duet: str, clients: list[str], faults: list[str]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    with ScriptedUpstream() as upstream, tempfile.TemporaryDirectory() as directory:
+        process, base = serve(duet, upstream, Path(directory))
+        try:
+            for fault in faults:
+                for name in clients:
+                    upstream.reset()
+                    model, reply = FAULTS[fault]
+                    upstream.script(model, *[reply] * 200)
+                    started = time.monotonic()
+                    outcome = "ok"
+                    try:
+                        # A question of its own: the same one again would reuse the reasoning of the last measurement.
+                        CLIENTS[name](base, f"What is 17 * 23? ({fault}, {name})")
+                    except Exception as exc:  # noqa: BLE001 - the user call failed: that is a figure too
+                        outcome = type(exc).__name__
+                    figures[f"{fault} | {name}"] = {
+                        "reasoner_calls": len(upstream.requests_for(REASONER)), "answer_calls": len(upstream.requests_for(ANSWER)),
+                        "seconds": round(time.monotonic() - started, 2), "outcome": outcome}
+                    print(f"{fault:28} {name:38} {figures[f'{fault} | {name}']}", flush=True)
+        finally:
+            stop(process)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duet", default=DUET, help="the command that runs duet (default: this checkout's console script); "
+                        "e.g. '/tmp/before/.venv/bin/python -m duet.api' for another checkout")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--clients", default=";".join(CLIENTS), help="semicolon-separated, of: " + ", ".join(CLIENTS))
+    parser.add_argument("--faults", default=";".join(FAULTS), help="semicolon-separated, of: " + ", ".join(FAULTS))
+    options = parser.parse_args()
+    run = begin("reasoning_once")
+    figures = measure(options.duet, options.clients.split(";"), options.faults.split(";"))
+    save(run, figures, options={"duet": options.duet, "clients": options.clients, "faults": options.faults},
+         label=options.label)
+
+
+if __name__ == "__main__":
+    main()

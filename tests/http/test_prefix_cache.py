@@ -1,0 +1,73 @@
+"""A cacheable prompt (issue 26), over real HTTP: the answer model's request on each turn begins with
+the previous turn's request, byte for byte (its messages), so a provider's prompt cache can hit.
+
+The reasoning of each user turn follows that turn's message (a note kept in the store under the
+conversation's prefix, put back on the next turns); the system message stays the same every turn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import httpx
+
+from tests.conftest import ANSWER, REASONER, tool
+from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
+
+WEATHER = tool("get_weather", "Current weather for a city.", {"city": {"type": "string"}})
+
+
+def messages_bytes(body: dict[str, Any]) -> bytes:
+    return json.dumps(body["messages"], ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def prefix_share(previous: bytes, current: bytes) -> float:
+    """The share of ``previous`` that ``current`` starts with (the closing bracket of a list aside)."""
+    common = 0
+    for a, b in zip(previous, current, strict=False):
+        if a != b:
+            break
+        common += 1
+    return min(1.0, (common + 1) / len(previous))
+
+
+def assistant_turn(message: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message as a client sends it back (no reasoning)."""
+    turn: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        turn["tool_calls"] = message["tool_calls"]
+    return turn
+
+
+def test_each_answer_request_starts_with_the_previous_one(http: httpx.Client, upstream: ScriptedUpstream) -> None:
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a weather bot."}]
+
+    def ask(text: str | None, reasoning: str | None, reply: Reply) -> dict[str, Any]:
+        if text is not None:
+            history.append({"role": "user", "content": text})
+        if reasoning is not None:
+            upstream.script(REASONER, Reply(reasoning=[reasoning]))
+        upstream.script(ANSWER, reply)
+        response = http.post("/v1/chat/completions", json={"model": "duet", "messages": history, "tools": [WEATHER]})
+        assert response.status_code == 200, response.text
+        message = response.json()["choices"][0]["message"]
+        history.append(assistant_turn(message))
+        return message
+
+    called = ask("Weather in Paris?", "Call get_weather for Paris.", Reply(tool_calls=[ScriptedCall("get_weather", '{"city":"Paris"}')]))
+    history.append({"role": "tool", "tool_call_id": called["tool_calls"][0]["id"], "content": "18°C"})
+    ask(None, None, Reply(content=["It is 18°C in Paris."]))
+    ask("And in Rome?", "Rome: I know it is warm; no tool needed.", Reply(content=["Warm, probably."]))
+    ask("Thanks!", "Say you are welcome.", Reply(content=["You are welcome."]))
+    ask("Bye.", "Say goodbye.", Reply(content=["Goodbye!"]))
+
+    requests = [messages_bytes(r.body) for r in upstream.requests_for(ANSWER)]
+    assert len(requests) == 5
+    shares = [prefix_share(a, b) for a, b in itertools.pairwise(requests)]
+    assert all(share == 1.0 for share in shares), shares  # every earlier request is a prefix of the next, whole
+    system = upstream.requests_for(ANSWER)[-1].body["messages"][0]["content"]
+    assert "Say goodbye." not in system  # the reasoning is not in the system message
+    reasoner_requests = [messages_bytes(r.body) for r in upstream.requests_for(REASONER)]
+    assert [prefix_share(a, b) for a, b in itertools.pairwise(reasoner_requests)] == [1.0] * 3
