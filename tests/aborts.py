@@ -1,6 +1,6 @@
 """Clients that hang up at a chosen point of a request, over raw sockets (the point is the socket).
 
-Used by the leak test (``tests/test_leaks.py``) and the memory benchmark (``bench/abort_memory.py``).
+Used by the leak test (``tests/http/test_leaks.py``) and the memory benchmark (``bench/abort_memory.py``).
 A pipeline serving these needs the scripted upstream answering with :func:`abort_responder` and
 the service tool :func:`slow_lookup`; the user message names the point at which the client leaves:
 
@@ -127,7 +127,7 @@ async def abort_once(port: int, model: str, point: str, api_key: str, timeout: f
         await writer.drain()
         marker = read_until(protocol, point)
         if marker is None:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the subject: a hang-up just after the request, before any answer
             return
         received = b""
         async with asyncio.timeout(timeout):

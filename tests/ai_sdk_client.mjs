@@ -1,7 +1,7 @@
 // The Vercel AI SDK as an application uses it, pointed at Duet: `streamText` with one tool whose
 // `execute` runs in this process and returns FORECAST, and a step limit that lets the SDK run the
 // tool loop itself.
-// Prints on stdout, as one JSON object, what the SDK saw. Run by tests/test_ai_sdk.py:
+// Prints on stdout, as one JSON object, what the SDK saw. Run by tests/clients/test_ai_sdk.py:
 //   node tests/ai_sdk_client.mjs MODULES_DIR BASE_URL API_KEY MODEL openai|anthropic PROMPT FORECAST [HANG_UP_ON]
 // MODULES_DIR is where scripts/ensure-ai-sdk installed the packages (ESM resolves bare names only
 // from the importing file's own folders, so they are required from there: their CommonJS builds).

@@ -122,7 +122,7 @@ def pipelines_config(upstream_url: str) -> dict[str, Any]:
     answer = {"base_url": upstream_url, "model": ANSWER, "api_key_env": "UPSTREAM_KEY"}
     return {
         "ping_interval": 0.3,
-        "model_aliases": {"claude-*": "duet"},  # Claude Code's model ids (tests/test_messages.py)
+        "model_aliases": {"claude-*": "duet"},  # Claude Code's model ids (tests/http/test_messages.py)
         "pipelines": [
             {"name": "duet", "reasoner": reasoner, "answer": answer},
             {"name": "duet-think", "reasoning_output": "think", "reasoner": reasoner, "answer": answer},

@@ -1,7 +1,7 @@
 """Dify's client code, run the way Dify runs it: in its own gevent-patched process.
 
 ``dify_plugin`` calls ``gevent.monkey.patch_all()`` when it is imported; inside the test process
-that would change every socket and thread under the other tests. ``tests/test_dify.py`` therefore
+that would change every socket and thread under the other tests. ``tests/clients/test_dify.py`` therefore
 starts ``python -m tests.dify_client`` once and sends it calls as JSON lines on stdin; each answer
 is one JSON line on stdout: ``{"result": ...}`` or ``{"error": type, "message": ...}``.
 """

@@ -1,6 +1,6 @@
 """Hostile request bodies for every protocol route, and what any client may rely on in the answer.
 
-Used by ``tests/test_fuzz.py`` (a fixed, derandomised budget per route) and ``bench/fuzz.py`` (the
+Used by ``tests/http/test_fuzz.py`` (a fixed, derandomised budget per route) and ``bench/fuzz.py`` (the
 big campaign, whose counts go to ``bench/results/``). Hypothesis builds the bodies: valid requests
 of the route (``Route.seeds``) with fields mutated into wrong types, huge, negative and non-finite
 numbers, lone surrogates and odd Unicode, deep nesting, random extra fields, and random JSON that is

@@ -1,6 +1,6 @@
 """The answers behind the examples of README.md and docs/getting-started.md: a scripted reasoning
 model that plans, and an answer model that calls the client's ``get_weather`` tool, then answers
-from its result. ``tests/test_docs.py`` runs the README's calls against it and checks the output the
+from its result. ``tests/project/test_docs.py`` runs the README's calls against it and checks the output the
 README shows; to see it yourself::
 
     .venv/bin/python -m tests.scripted_upstream --port 9000 --responder tests.readme_upstream:weather

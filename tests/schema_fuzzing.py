@@ -1,6 +1,6 @@
 """Schema-driven fuzzing of Duet's protocol routes with schemathesis, from the ``/openapi.json`` it serves.
 
-Shared by ``tests/test_openapi.py`` (a fixed budget) and ``bench/fuzz.py`` (the big campaign).
+Shared by ``tests/http/test_openapi.py`` (a fixed budget) and ``bench/fuzz.py`` (the big campaign).
 Requests are drawn from the document, valid ones (half of them naming a served pipeline, so they
 reach the models) and ones that break it, and sent over real HTTP; each answer goes through
 schemathesis' checks: no 5xx, a documented status and content type, a JSON body valid against its

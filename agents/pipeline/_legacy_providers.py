@@ -14,7 +14,7 @@ from duet.agents._reasoning_agent import ReasoningAgent
 
 _COMPONENTS = (ReasoningAgent, AnswerAgent, OpenAICompatibleClient, DuetWorkbench, ProxyTool, PythonFunctionTool)
 # Components whose modules load libraries only the pipelines that use them need (mcp, httpx): named,
-# not imported; (provider, module path). tests/test_units.py checks them against the classes.
+# not imported; (provider, module path). tests/unit/test_lazy_imports.py checks them against the classes.
 NAMED_COMPONENTS = (
     ("duet.workbenches.McpServerTool", "duet.workbenches._mcp.McpServerTool"),
     ("duet.workbenches.HttpServiceTool", "duet.workbenches._http_tools.HttpServiceTool"),

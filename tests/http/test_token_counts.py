@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import DuetServer
 from tests.scripted_upstream import Reply, ScriptedUpstream
-from tests.test_observability import ANSWER, API_KEY, REASONER, request_line, scrape, start
+from tests.http.test_observability import ANSWER, API_KEY, REASONER, request_line, scrape, start
 
 USER = [{"role": "user", "content": "Count me."}]
 

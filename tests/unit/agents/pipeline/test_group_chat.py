@@ -1,0 +1,79 @@
+"""Duet's group chat (``agents/pipeline/_group_chat.py``): agent spans only with a tracer provider, one
+shared request message for every turn."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from autogen_core import SingleThreadedAgentRuntime
+from duet.agents.runtime import LeanAgentRuntime
+
+from tests.core_parts import run_a_team_on
+
+
+def test_duets_team_opens_its_agent_spans_only_when_a_tracer_provider_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a tracer provider the span around an agent's turn in Duet's team costs nothing (every
+    span would be a no-op): AgentChat's span helper is not called, while a stock team calls it for each
+    turn; with a provider, Duet's team opens and records it as AgentChat does."""
+    from autogen_agentchat.teams._group_chat import _chat_agent_container
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter,
+    )
+
+    spans_opened: list[str] = []
+    stock_span = _chat_agent_container.trace_invoke_agent_span
+
+    def counted_span(**named: Any) -> Any:
+        spans_opened.append(named["agent_name"])
+        return stock_span(**named)
+
+    monkeypatch.setattr(_chat_agent_container, "trace_invoke_agent_span", counted_span)  # this test's spy, undone after it
+    for runtime in (LeanAgentRuntime, SingleThreadedAgentRuntime):
+        assert asyncio.run(run_a_team_on(runtime(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    assert spans_opened == []
+    assert asyncio.run(run_a_team_on(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    assert spans_opened == ["first", "second"]
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    assert spans_opened == ["first", "second"] * 2
+    assert [span.name for span in exporter.get_finished_spans() if span.name.startswith("invoke_agent")] == [
+        "invoke_agent first", "invoke_agent second"]
+
+
+def test_every_turn_of_duets_team_is_requested_with_one_shared_message() -> None:
+    """The group chat manager of Duet's team asks each speaker for its turn with a message that has
+    no fields: one instance serves every turn of every team (it cannot take an attribute), and teams
+    run as before, on the lean runtime and the stock one; a stock team makes one for each turn."""
+    from autogen_agentchat.teams._group_chat._events import GroupChatRequestPublish
+
+    requests: list[Any] = []
+
+    def recording(kind: type[SingleThreadedAgentRuntime]) -> SingleThreadedAgentRuntime:
+        class Recording(kind):  # type: ignore[valid-type, misc]
+            async def publish_message(self, message: Any, *args: Any, **kwargs: Any) -> None:
+                if isinstance(message, GroupChatRequestPublish):
+                    requests.append(message)
+                await super().publish_message(message, *args, **kwargs)
+
+        return Recording(ignore_unhandled_exceptions=False)
+
+    for kind in (LeanAgentRuntime, SingleThreadedAgentRuntime):
+        assert asyncio.run(run_a_team_on(recording(kind), duet_team=True)) == ["user", "first", "second"]
+    assert len(requests) == 4 and all(type(request) is GroupChatRequestPublish for request in requests)
+    assert all(request is requests[0] for request in requests)
+    with pytest.raises(ValueError, match="no field"):
+        requests[0].text = "changed"
+    shared = requests[0]
+    requests.clear()
+    for kind in (LeanAgentRuntime, SingleThreadedAgentRuntime):
+        assert asyncio.run(run_a_team_on(recording(kind))) == ["user", "first", "second"]
+    assert len(requests) == 4 and len({id(request) for request in requests} | {id(shared)}) == 5

@@ -1,0 +1,103 @@
+"""Subscriptions on the lean runtime (``agents/runtime/_subscriptions.py``): Duet's team draws no
+subscription id, stock subscriptions keep theirs, direct-message subscriptions match as the stock ones."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
+from duet.agents.runtime import LeanAgentRuntime
+
+from tests.core_parts import run_a_team_on
+
+
+def test_duets_team_draws_no_subscription_id_and_a_lean_runtime_caches_no_recipients() -> None:
+    """A two-agent team registers ten subscriptions when it first runs; Duet's team adds them as their
+    lean kind, none with its uuid drawn (drawn when read: stable, a uuid4), each direct-message one
+    without a prefix string of its own, and a lean runtime keeps no topic's recipients. A team runs
+    the same, a subscription added twice is refused, and one removed by its id no longer delivers."""
+    from autogen_core import TypePrefixSubscription
+
+
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(run_a_team_on(runtime, duet_team=True)) == ["user", "first", "second"]
+    assert asyncio.run(run_a_team_on(SingleThreadedAgentRuntime(ignore_unhandled_exceptions=False), duet_team=True)) == [
+        "user", "first", "second"]
+    manager = runtime._subscription_manager
+    subscriptions = list(manager.subscriptions)
+    assert sorted(type(subscription).__name__ for subscription in subscriptions) == [
+        "LeanTypePrefixSubscription"] * 3 + ["LeanTypeSubscription"] * 7
+    assert all(subscription._id is None for subscription in subscriptions)
+    assert all(subscription._topic_type_prefix is None for subscription in subscriptions if isinstance(subscription, TypePrefixSubscription))
+    assert not hasattr(manager, "_subscribed_recipients") and not manager._seen_topics
+    assert manager._seen_topics is LeanAgentRuntime()._subscription_manager._seen_topics  # one empty set for all
+
+    async def add_remove() -> None:
+        first = next(subscription for subscription in subscriptions if isinstance(subscription, TypeSubscription))
+        with pytest.raises(ValueError, match="already exists"):
+            await runtime.add_subscription(TypeSubscription(first.topic_type, first.agent_type))
+        assert all(subscription._id is None for subscription in subscriptions)
+        assert uuid.UUID(first.id).version == 4 and first.id == first.id
+        topic = TopicId(first.topic_type, "key")
+        assert first.map_to_agent(topic) in await manager.get_subscribed_recipients(topic)
+        await runtime.remove_subscription(first.id)
+        assert first.map_to_agent(topic) not in await manager.get_subscribed_recipients(topic)
+
+    asyncio.run(add_remove())
+
+
+def test_a_lean_runtime_keeps_stock_subscriptions_as_their_lean_kind_with_their_ids() -> None:
+    """Any other team (or anyone) adding autogen-core's subscriptions to a lean runtime: they are kept
+    as their lean kind (a direct-message one without its prefix string) with the ids they were made
+    with, so whoever made one removes it by its id; a subscription of another kind is kept as it is."""
+    from autogen_core import DefaultSubscription, TypePrefixSubscription
+    from duet.agents.runtime._subscriptions import (
+        LeanTypePrefixSubscription,
+        LeanTypeSubscription,
+    )
+
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(run_a_team_on(runtime)) == ["user", "first", "second"]
+    kept = list(runtime._subscription_manager.subscriptions)
+    assert sorted(type(subscription).__name__ for subscription in kept) == ["LeanTypePrefixSubscription"] * 3 + ["LeanTypeSubscription"] * 7
+    assert all(isinstance(subscription._id, str) for subscription in kept)  # drawn as autogen-core draws them
+
+    async def by_hand() -> None:
+        manager = runtime._subscription_manager
+        direct, other = TypePrefixSubscription("writer:", "writer"), DefaultSubscription(topic_type="notes", agent_type="writer")
+        for subscription in (direct, other):
+            await runtime.add_subscription(subscription)
+        [lean_direct] = [subscription for subscription in manager.subscriptions if subscription.id == direct.id]
+        assert type(lean_direct) is LeanTypePrefixSubscription and lean_direct == direct and lean_direct._topic_type_prefix is None
+        assert manager.subscriptions[-1] is other
+        with pytest.raises(ValueError, match="already exists"):
+            await runtime.add_subscription(TypePrefixSubscription("writer:", "writer"))
+        for subscription in (direct, other):
+            await runtime.remove_subscription(subscription.id)
+        assert not await manager.get_subscribed_recipients(TopicId("writer:", "key"))
+        assert not await manager.get_subscribed_recipients(TopicId("notes", "key"))
+        one, same = LeanTypeSubscription("t", "a"), LeanTypeSubscription("t", "a")
+        assert one == same and one != LeanTypeSubscription("u", "a") and one._id is None and same._id is None  # compared, no id drawn
+
+    asyncio.run(by_hand())
+
+
+def test_a_direct_message_subscription_keeps_no_prefix_string_and_matches_as_the_stock_one() -> None:
+    """Each registered agent type's subscription to its direct messages ("<type>:...") keeps no
+    prefix string of its own; it matches, maps and compares as autogen-core's."""
+    from autogen_core import TypePrefixSubscription
+    from duet.agents.runtime._subscriptions import LeanTypePrefixSubscription
+
+    lean = LeanTypePrefixSubscription("writer:", "writer")
+    stock = TypePrefixSubscription("writer:", "writer")
+    assert type(lean) is not TypePrefixSubscription and isinstance(lean, TypePrefixSubscription)
+    assert lean._topic_type_prefix is None and lean.topic_type_prefix == "writer:" and lean == stock
+    for topic in ("writer:", "writer:draft", "writer", "writers:", "write:", "other:writer:"):
+        topic_id = TopicId(topic, "key")
+        assert lean.is_match(topic_id) == stock.is_match(topic_id), topic
+        if stock.is_match(topic_id):
+            assert lean.map_to_agent(topic_id) == stock.map_to_agent(topic_id)
+    other = LeanTypePrefixSubscription("notes.", "writer")  # any other prefix is kept as given
+    assert other.topic_type_prefix == "notes." and other.is_match(TopicId("notes.1", "k")) and other != lean
