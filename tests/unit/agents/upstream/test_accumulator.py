@@ -14,6 +14,7 @@ from autogen_core import FunctionCall
 
 from duet.agents._errors import UpstreamConnectionError, UpstreamProtocolError, UpstreamStatusError
 from duet.agents._thinking import ReasoningText
+from duet.agents._upstream_calls import UpstreamCall
 from duet.agents.upstream._accumulator import JOINED_CHARS, JOINED_CHUNKS, StreamAccumulator
 
 
@@ -369,3 +370,53 @@ def test_a_completion_that_is_an_error_object(body: bytes) -> None:
 def test_a_body_that_is_no_completion(body: bytes) -> None:
     with pytest.raises(UpstreamProtocolError, match="JSON that is not a chat completion"):
         StreamAccumulator("m").read_completion(body)
+
+
+# -- the dialects of real model servers (issue 25) ---------------------------------------------------
+def dialect_chunk(delta: dict[str, Any] | None = None, finish: str | None = None, choice: dict[str, Any] | None = None,
+                  **top: Any) -> bytes:
+    return json.dumps({"choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish, **(choice or {})}], **top}).encode()
+
+
+def test_magistral_thinking_chunks_are_reasoning() -> None:
+    stream = StreamAccumulator("magistral")
+    thinking = {"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "Check."}]}]}
+    pieces = stream.read([dialect_chunk(thinking), dialect_chunk({"content": "Hi"}), dialect_chunk({}, "stop"), b"[DONE]"])
+    assert [(type(p).__name__, p) for p in pieces] == [("ReasoningText", "Check."), ("str", "Hi")]
+    result = stream.result()
+    assert (result.content, result.thought) == ("Hi", "Check.")
+    whole = {"choices": [{"message": {"content": [thinking["content"][0], {"type": "text", "text": "Hi"}]}, "finish_reason": "stop"}]}
+    assert StreamAccumulator("m").read_completion(json.dumps(whole).encode())[1].thought == "Check."
+
+
+@pytest.mark.parametrize("failure", [
+    dialect_chunk({"content": ""}, "error", error={"code": "server_error", "message": "Provider disconnected"}),  # OpenRouter
+    dialect_chunk({"content": ""}, "network_error"),  # Zhipu
+])
+def test_a_finish_that_is_a_failure_fails_the_stream(failure: bytes) -> None:
+    stream = StreamAccumulator("m")
+    pieces = stream.read([dialect_chunk({"content": "Par"}), failure, b"[DONE]"])
+    assert pieces == ["Par"] and stream.ended
+    assert isinstance(stream.failure, UpstreamStatusError) and "failed mid-stream" in str(stream.failure)
+
+
+@pytest.mark.parametrize("finish", [
+    dialect_chunk({}, "stop", x_groq={"id": "req_1", "usage": {"prompt_tokens": 3, "completion_tokens": 5}}),  # Groq
+    dialect_chunk({}, "stop", choice={"usage": {"prompt_tokens": 3, "completion_tokens": 5}}),  # Moonshot
+])
+def test_usage_beside_the_finish(finish: bytes) -> None:
+    stream = StreamAccumulator("m")
+    stream.read([dialect_chunk({"content": "Hi"}), finish, b"[DONE]"])
+    assert stream.result().usage.completion_tokens == 5
+
+
+def test_provider_fields_of_a_tool_call_are_kept() -> None:
+    signed = {"index": 0, "id": "function-call-1", "type": "function", "function": {"name": "f", "arguments": "{}"},
+              "extra_content": {"google": {"thought_signature": "c2ln"}}}
+    stream = StreamAccumulator("gemini")
+    stream.read([dialect_chunk({"tool_calls": [signed]}), dialect_chunk({}, "stop"), b"[DONE]"])
+    [call] = stream.result().content  # type: ignore[misc]
+    assert isinstance(call, UpstreamCall) and call.extra == {"extra_content": {"google": {"thought_signature": "c2ln"}}}
+    plain = StreamAccumulator("m")
+    plain.read([dialect_chunk({"tool_calls": [{"index": 0, "id": "", "type": "function", "function": {}}]}), dialect_chunk({}, "tool_calls")])
+    assert type(plain.result().content[0]) is FunctionCall  # type: ignore[index]
