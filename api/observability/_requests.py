@@ -163,8 +163,13 @@ class RequestObservation:
         self._log_call({"store": operation, "outcome": outcome, "ms": _ms(seconds)})
 
     def usage(self, stage: Stage, usage: Usage) -> None:
-        """Tokens no model call's result reported: an estimate, or a reused reasoning (none new)."""
+        """Tokens no model call's result reported: an estimate, or a reused reasoning (none new). Its
+        model call's span has ended by then: the request's span gets them as an event."""
         self.stage(stage).count(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.origin)
+        if self.span is not None:
+            self.span.add_event("duet.usage", {"duet.stage": stage, "duet.usage.source": usage.origin,
+                                               "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                                               "gen_ai.usage.output_tokens": usage.completion_tokens})
         metrics = self.hub.metrics
         if metrics is not None:
             count_tokens(metrics, (self.pipeline, stage), usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
@@ -217,6 +222,10 @@ class RequestObservation:
             self.span.set_attribute("http.response.status_code", status)
             if self.pipeline:
                 self.span.set_attribute("duet.pipeline", self.pipeline)
+            for name, figures in self.stages.items():  # every stage's tokens, counted or estimated
+                self.span.set_attributes({f"duet.{name}.usage.input_tokens": figures.input_tokens,
+                                          f"duet.{name}.usage.output_tokens": figures.output_tokens,
+                                          f"duet.{name}.usage.source": ",".join(figures.sources) or "upstream"})
             if status >= 500:
                 self.span.set_status(StatusCode.ERROR)
             self.span.end()

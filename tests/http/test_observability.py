@@ -417,6 +417,25 @@ def test_a_failed_model_call_is_an_error_span(traced: DuetServer, otlp: OTLPRece
     assert failed.status.code == failed.status.STATUS_CODE_ERROR and attributes(failed)["error.type"] == "401"
 
 
+def test_the_request_span_counts_every_stages_tokens_estimates_included(traced: DuetServer, otlp: OTLPReceiver,
+                                                                        upstream: ScriptedUpstream) -> None:
+    # A draft answer after the thinking: Duet closes the reasoner's call there, and its usage never comes.
+    upstream.script(REASONER, Reply(reasoning=["Think ", "it ", "through."], content=["Draft ", "nobody ", "reads."],
+                                    delay_between=0.05))
+    upstream.script(ANSWER, Reply(content=["Done."], usage=(30, 2)))
+    trace_id = "0af7651916cd43dd8440eb0000000013"
+    response = httpx.post(f"{traced.base_url}/v1/chat/completions", json={"model": "duet", "messages": USER},
+                          headers={**traced.key_header, "traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}, timeout=30)
+    assert response.status_code == 200, response.text
+    request = otlp.trace(trace_id)["POST /v1/chat/completions"]
+    counted = attributes(request)
+    assert counted["duet.reasoner.usage.source"] == "estimate" and counted["duet.reasoner.usage.output_tokens"] > 0
+    assert (counted["duet.answer.usage.source"], counted["duet.answer.usage.input_tokens"]) == ("upstream", 30)
+    [event] = [event for event in request.events if event.name == "duet.usage"]
+    assert attributes(event)["duet.stage"] == "reasoner" and attributes(event)["duet.usage.source"] == "estimate"
+    assert attributes(event)["gen_ai.usage.output_tokens"] == counted["duet.reasoner.usage.output_tokens"]
+
+
 def test_without_traces_the_clients_traceparent_passes_through(watched: DuetServer, client: httpx.Client,
                                                                upstream: ScriptedUpstream) -> None:
     client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}, headers={"traceparent": TRACEPARENT})
