@@ -96,6 +96,13 @@ def test_the_primary_killed_under_load_fails_over_and_loses_nothing_redis_kept(
 
                 wait_until(lambda: len(restored_since(switched_at)) >= CLIENTS, RECOVERY_WINDOW + 30, "restored follow-ups")
                 back_at = min(began for began, _, c in done if began >= switched_at and restored(c.answer))
+
+                def begun_after(start: float) -> list[Conversation]:
+                    with lock:
+                        return [c for began, _, c in done if began >= start]
+
+                # The load goes on until conversations begun a second after the recovery have ended.
+                wait_until(lambda: len(begun_after(back_at + 1.0)) >= CLIENTS, 30, "conversations after the recovery")
             finally:
                 stopping.set()
                 for future in futures:
