@@ -354,6 +354,7 @@ class Duet:
         may continue several), and what the upstream issued for its calls (into ``run``); returns the
         reasoning the latest of them was answered with (``None`` when no round was restored) and its
         retrieved context."""
+        await self._recall_issued(conversation, owner, run)
         if not ends_with_tool_results(conversation):
             return conversation, None, ""
         reasoning: str | None = None
@@ -375,6 +376,24 @@ class Duet:
             reasoning = reasoning or continuation.reasoning
             grounding = grounding or continuation.grounding
         return conversation, reasoning, grounding
+
+    async def _recall_issued(self, conversation: list[LLMMessage], owner: str, run: DuetRun) -> None:
+        """What the upstream issued for the calls of the tool rounds before the last user message, into
+        ``run`` (one store call): the answer model gets the same ids for a round on every later turn, so
+        its prompt stays a byte prefix of the next (a provider's prompt cache hits)."""
+        current = set(tool_rounds(conversation))
+        first_ids = [message.content[0].id for index, message in enumerate(conversation)
+                     if index not in current and isinstance(message, AssistantMessage) and isinstance(message.content, list)
+                     and message.content and DUET_CALL_ID.match(message.content[0].id)]
+        if not first_ids:
+            return
+        try:
+            found = await self.continuations.get_each([self._key(call_id, owner) for call_id in first_ids])
+        except StoreUnavailable:  # reported once per outage; these rounds keep Duet's ids
+            return
+        for continuation in found:
+            if continuation is not None:
+                run.issued_calls.update(continuation.issued)
 
     async def _keep(self, turn: Sequence[LLMMessage], run: DuetRun, reasoning: str, grounding: str = "") -> bool:
         """Saves the hidden part of a round that ends with client tool calls, and what the upstream
