@@ -77,7 +77,7 @@ async def check(config: ServiceConfig, probe: bool) -> tuple[bool, dict[str, Any
     ``probe``, also starts the MCP servers and runs the readiness checks with the upstream probe on,
     as ``/health/ready`` would. Returns ``(ready, checks)``."""
     options = config.options.model_copy(update={"ready_probe_upstreams": True})
-    store = open_store(options.state_url, timeout=options.store_timeout)
+    store = open_store(options.state_url, timeout=options.store_timeout, failover_wait=options.store_failover_wait)
     try:
         pipelines = config.build(store)
         try:
