@@ -137,5 +137,5 @@ class Failover:
     def _give_up(self) -> None:
         dropped = self._held.drop()
         logger.warning("continuation store %s did not fail over within the wait (DUET_STORE_FAILOVER_WAIT): "
-                       "%d tool round(s) held meanwhile are not kept; their follow-ups go on without the hidden part",
-                       self._store, dropped)
+                       "%d write(s) held meanwhile are not kept; the follow-ups of their tool rounds go on without "
+                       "the hidden part", self._store, dropped)

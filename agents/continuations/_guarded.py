@@ -162,6 +162,8 @@ class GuardedStore(ContinuationStore):
         return found
 
     async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
+        if not self._held:
+            return await self._guard(self.store.get_each, list(keys))
         held = self._held.find_each(keys)
         if all(entry is not None for entry in held):
             return held
@@ -175,7 +177,7 @@ class GuardedStore(ContinuationStore):
         if self._failover is not None and self._failover.active:
             await self._failover.stop()
         if dropped := self._held.drop():
-            logger.warning("continuation store %s: %d tool round(s) held during its failover are not kept (shutting down)",
+            logger.warning("continuation store %s: %d write(s) held during its failover are not kept (shutting down)",
                            self.store, dropped)
         try:
             async with asyncio.timeout(self._timeout):

@@ -108,7 +108,7 @@ def test_a_wait_that_gives_up_says_so(caplog: pytest.LogCaptureFixture) -> None:
         asyncio.run(main())
     messages = [record.getMessage() for record in caplog.records]
     assert any("is failing over" in m and "for up to 0.5 s" in m for m in messages), messages
-    assert any("did not fail over within the wait (DUET_STORE_FAILOVER_WAIT): 1 tool round(s)" in m for m in messages), messages
+    assert any("did not fail over within the wait (DUET_STORE_FAILOVER_WAIT): 1 write(s) held" in m for m in messages), messages
 
 
 def test_a_write_that_cannot_be_held_is_refused() -> None:
