@@ -68,6 +68,8 @@ class HeldWrites:
 
     def written(self, entry: HeldWrite) -> None:
         """``entry`` (the first) is in the store now: it is read from there."""
+        if not self._entries or self._entries[0] is not entry:  # dropped meanwhile
+            return
         self._entries.popleft()
         self._bytes -= entry.size
         for key in entry.keys:

@@ -109,8 +109,9 @@ class GuardedStore(ContinuationStore):
             logger.warning("continuation store %s is unavailable (%s): tool rounds go on without their hidden part "
                            "until it answers again", self.store, reason)
             return
-        self._failover = Failover(self.store, self._held, timeout=self._timeout, until=self._down_since + self._failover_wait,
-                                  recovered=self._recovered)
+        if not self._failing_over():  # one that is still writing what it held goes on (it alone writes them)
+            self._failover = Failover(self.store, self._held, timeout=self._timeout,
+                                      until=self._down_since + self._failover_wait, recovered=self._recovered)
         logger.warning("continuation store %s is failing over (%s): tool rounds are held in this worker and follow-ups "
                        "wait for the new primary, for up to %g s", self.store, reason, self._failover_wait)
 

@@ -152,3 +152,26 @@ def test_a_store_that_does_not_fail_over_is_not_waited_for() -> None:
         assert backend.refused == 1  # the second call failed at once: the outage is known
 
     asyncio.run(main())
+
+
+def test_an_outage_that_begins_while_a_failover_still_writes_leaves_it_alone() -> None:
+    """One task writes what the worker holds, in order: a new outage does not start a second."""
+
+    async def main() -> None:
+        backend = FailingOver()
+        store = GuardedStore(backend, timeout=1, retry_interval=0, failover_wait=10)
+        backend.back.clear()
+        await store.put(["a"], round_("held"))
+        failover = store._failover
+        assert failover is not None and failover.active
+        backend.back.set()
+        assert await store.get(["x"]) is None  # a call that succeeds ends the outage (as a probe does)...
+        backend.back.clear()
+        with pytest.raises(StoreUnavailable):  # ... and the next failure begins another, while the first still runs
+            await store.get(["x"])
+        assert store._failover is failover
+        backend.back.set()
+        assert await asyncio.wait_for(failover.back(), 5)
+        assert (await backend.get(["a"])).reasoning == "held"  # type: ignore[union-attr]
+
+    asyncio.run(main())
