@@ -174,6 +174,12 @@ class Sentinels:
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
         return f"redis+sentinel://{hosts}/{self.service}/{db}"
 
+    def command(self, *args: str, timeout: float = 5) -> str:
+        """One command to the first sentinel, through ``redis-cli``; its output."""
+        binary = shutil.which("redis-cli")
+        assert binary, "redis-cli is required (Debian's redis-tools, beside redis-server)"
+        return subprocess.run([binary, "-p", str(self.ports[0]), *args], capture_output=True, text=True, timeout=timeout).stdout.strip()
+
     def primary_port(self) -> int | None:
         """The primary's port as the first sentinel that answers names it."""
         binary = shutil.which("redis-cli")

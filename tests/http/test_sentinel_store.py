@@ -204,3 +204,24 @@ def test_a_failover_longer_than_the_wait_is_given_up_and_said(deployment: Deploy
     # The round (and its reasoning, kept as the turn's note) were held, and dropped.
     assert re.search(r"did not fail over within the wait \(DUET_STORE_FAILOVER_WAIT\): [12] write\(s\) held meanwhile are not kept", log)
     assert server.health()["status"] == "degraded"
+
+
+def test_a_switch_of_primary_under_load_loses_no_round(deployment: Deployment) -> None:
+    """``SENTINEL FAILOVER``: the primary is demoted, not killed. Calls on its pooled connections get
+    READONLY (or are cut) and go to the new one; no round is lost, not one request fails."""
+    servers = deployment.start(2)
+    sentinels = deployment.sentinels
+    assert sentinels is not None
+    load = Load(servers)
+    try:
+        wait_until(lambda: len(load.since(0)) >= 2 * CLIENTS, 60, "conversations before the switch")
+        assert sentinels.command("sentinel", "failover", SERVICE) == "OK"
+        wait_until(lambda: sentinels.primary_port() == deployment.replica.port, 30, "the sentinels promote the replica")
+        wait_until(lambda: "role:slave" in deployment.primary.command("info", "replication"), 30, "the old primary is demoted")
+        switched_at = time.monotonic()
+        wait_until(lambda: len(load.since(switched_at)) >= 2 * CLIENTS, 60, "conversations after the switch")
+    finally:
+        done = load.stop()
+    conversations = [c for _, _, c in done]
+    assert [c.error for c in conversations if c.error] == []
+    assert [(c.unsaved, c.answer) for c in conversations if c.unsaved or not restored(c.answer)] == []
