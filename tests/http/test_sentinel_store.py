@@ -9,6 +9,7 @@ request fails. A failover longer than ``DUET_STORE_FAILOVER_WAIT`` is given up, 
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -33,7 +34,7 @@ from tests.deployment import (
     restored,
     wait_until,
 )
-from tests.scripted_upstream import ScriptedUpstream
+from tests.scripted_upstream import Reply, ScriptedUpstream
 
 PIPELINE = "duet-sentinel"
 SERVICE = "duet-state"
@@ -225,3 +226,21 @@ def test_a_switch_of_primary_under_load_loses_no_round(deployment: Deployment) -
     conversations = [c for _, _, c in done]
     assert [c.error for c in conversations if c.error] == []
     assert [(c.unsaved, c.answer) for c in conversations if c.unsaved or not restored(c.answer)] == []
+
+
+def test_a_response_stored_during_a_failover_is_continued_on_either_server(deployment: Deployment, upstream: ScriptedUpstream) -> None:
+    """The Responses API: a response stored while there is no primary is held and written; its
+    ``previous_response_id`` follow-up, on the same server or the other, continues it (not a 404, not a 503)."""
+    upstream.set_default(lambda body: Reply(reasoning=["Noted."]) if body["model"] == REASONER else Reply(content=["Noted."]))
+    first_server, other = deployment.start(2)
+    deployment.primary.kill()
+    for index, follow_up_server in enumerate((first_server, other)):
+        secret = f"the code is {index}{index}{index}"
+        first = httpx.post(f"{first_server.base_url}/v1/responses", json={"model": PIPELINE, "input": secret}, timeout=30)
+        assert first.status_code == 200 and first.json()["store"] is True, first.text
+        assert first.headers.get("duet-unsaved") is None
+        second = httpx.post(f"{follow_up_server.base_url}/v1/responses", timeout=30,
+                            json={"model": PIPELINE, "input": "What is the code?", "previous_response_id": first.json()["id"]})
+        assert second.status_code == 200, second.text
+        assert secret in json.dumps(upstream.requests_for(ANSWER)[-1].body["messages"])  # the stored turn came back
+    assert "is failing over" in first_server.log.read_text()
