@@ -40,6 +40,8 @@ class HeldWrites:
         self._bytes = 0
         self._max_entries = max_entries
         self._max_bytes = max_bytes
+        self.dropped = 0
+        """Writes held, then dropped (the wait ran out, or the worker stopped), since the start: a metric reads it."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -79,6 +81,7 @@ class HeldWrites:
     def drop(self) -> int:
         """Forgets every held write; how many there were."""
         count = len(self._entries)
+        self.dropped += count
         self._entries.clear()
         self._by_key.clear()
         self._bytes = 0

@@ -63,6 +63,16 @@ class GuardedStore(ContinuationStore):
         """False from a failed call until the next call that succeeds."""
         return self._down_since is None
 
+    @property
+    def held_writes(self) -> int:
+        """Writes held in this worker while its store fails over."""
+        return len(self._held)
+
+    @property
+    def dropped_writes(self) -> int:
+        """Writes held during a failover and then dropped (the wait ran out, or the worker stopped), in all."""
+        return self._held.dropped
+
     async def _guard(self, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         observer = observer_of(current_run())  # a request's store calls are told to its observer
         if observer is None:

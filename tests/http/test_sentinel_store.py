@@ -91,6 +91,12 @@ def deployment(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Deploymen
             deployment.stop()
 
 
+def metric(server: DuetServer, name: str) -> float:
+    """The sum of ``name``'s samples on ``server``'s /metrics (0 when it has none)."""
+    text = httpx.get(f"{server.base_url}/metrics", headers=server.key_header, timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if re.match(rf"{name}(\{{|\s)", line))
+
+
 def converse_on(first_by: DuetServer, follow_up_by: DuetServer, stream: bool) -> Conversation:
     """A tool round on one server and its follow-up on another (or the same)."""
     conversation = Conversation(first_by=first_by.base_url, follow_up_by=follow_up_by.base_url)
@@ -182,6 +188,7 @@ def test_the_primary_killed_under_load_fails_over_and_every_round_is_restored(de
     assert any("is failing over" in log for log in logs), logs[0][-3000:]
     assert all("is back after" in log for log in logs if "is failing over" in log)
     assert all(server.health()["status"] == "ready" for server in servers)
+    assert [metric(server, "duet_store_dropped_writes_total") for server in servers] == [0, 0]
 
 
 def test_a_failover_longer_than_the_wait_is_given_up_and_said(deployment: Deployment) -> None:
@@ -200,6 +207,8 @@ def test_a_failover_longer_than_the_wait_is_given_up_and_said(deployment: Deploy
         assert response.headers.get("duet-unsaved") == "tool_round"  # the wait is over: the answer says it is not kept
         answer, _ = follow_up(client, PIPELINE, later, stream=True)
         assert degraded(answer), answer
+    wait_until(lambda: metric(server, "duet_store_dropped_writes_total") >= 1, 15, "the dropped writes counted")
+    assert metric(server, "duet_store_held_writes") == 0
     log = server.log.read_text()
     assert "is failing over" in log and "for up to 1 s" in log
     # The round (and its reasoning, kept as the turn's note) were held, and dropped.
