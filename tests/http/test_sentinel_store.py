@@ -216,9 +216,11 @@ def test_a_failover_longer_than_the_wait_is_given_up_and_said(deployment: Deploy
     assert server.health()["status"] == "degraded"
 
 
-def test_a_switch_of_primary_under_load_loses_no_round(deployment: Deployment) -> None:
-    """``SENTINEL FAILOVER``: the primary is demoted, not killed. Calls on its pooled connections get
-    READONLY (or are cut) and go to the new one; no round is lost, not one request fails."""
+def test_a_switch_of_primary_under_load_fails_no_request(deployment: Deployment) -> None:
+    """``SENTINEL FAILOVER``: the primary is demoted, not killed. Not one request fails, and rounds begun
+    once the switch has settled are restored. Rounds around the switch may be lost (a known limit,
+    docs/operations.md): the old primary acknowledges writes between the promotion and its demotion,
+    and drops them when it resyncs from the new one (Redis replicates asynchronously)."""
     servers = deployment.start(2)
     sentinels = deployment.sentinels
     assert sentinels is not None
@@ -228,13 +230,13 @@ def test_a_switch_of_primary_under_load_loses_no_round(deployment: Deployment) -
         assert sentinels.command("sentinel", "failover", SERVICE) == "OK"
         wait_until(lambda: sentinels.primary_port() == deployment.replica.port, 30, "the sentinels promote the replica")
         wait_until(lambda: "role:slave" in deployment.primary.command("info", "replication"), 30, "the old primary is demoted")
-        switched_at = time.monotonic()
-        wait_until(lambda: len(load.since(switched_at)) >= 2 * CLIENTS, 60, "conversations after the switch")
+        settled_at = time.monotonic() + 1.0
+        wait_until(lambda: len(load.since(settled_at)) >= 2 * CLIENTS, 60, "conversations after the switch")
     finally:
         done = load.stop()
-    conversations = [c for _, _, c in done]
-    assert [c.error for c in conversations if c.error] == []
-    assert [(c.unsaved, c.answer) for c in conversations if c.unsaved or not restored(c.answer)] == []
+    assert [c.error for c in (c for _, _, c in done) if c.error] == []
+    after = [c for began, _, c in done if began >= settled_at]
+    assert after and all(restored(c.answer) and not c.unsaved for c in after), [(c.unsaved, c.answer) for c in after]
 
 
 def test_a_response_stored_during_a_failover_is_continued_on_either_server(deployment: Deployment, upstream: ScriptedUpstream) -> None:
