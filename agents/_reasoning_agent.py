@@ -478,7 +478,7 @@ class _Reuse:
     owner: str
     pipeline: str
     digest: str
-    prefix_digest: str | None  # the conversation's, when the reasoning is about its latest user turn
+    prefix_digest: str | None  # the conversation's, when the reasoning is about its last message (a user turn, tool results)
 
     async def find(self) -> Continuation | None:
         return await self.ledger.find(self.owner, self.pipeline, self.digest)
