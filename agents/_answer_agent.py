@@ -41,7 +41,7 @@ from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agen
 from duet.agents._errors import UpstreamStatusError
 from duet.agents._conversation import without_images
 from duet.agents._upstream_calls import IssuedCall, issue, remember_ids, to_upstream, wants_short_ids
-from duet.agents.upstream import add_usage, streaming_create_args
+from duet.agents.upstream import CACHE_MARKS_ARG, add_usage, streaming_create_args
 from duet.agents._events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from duet.agents._grounding import retrieved_context
 from duet.agents._messages import answer_reply, client_handoff, read_grounding, read_task
@@ -237,7 +237,10 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         pass_back = self._pass_reasoning_back is True or (
             self._pass_reasoning_back == "auto" and (self._model_thinks() or any(m.reasoning.from_model for m in reasoned))
         )
-        return _AnswerTurn(workbench, options, tools, tool_choice, history, streaming_create_args(self._model_client, options.create_args),
+        create_args = streaming_create_args(self._model_client, options.create_args)
+        if options.cache_marks and getattr(self._model_client, "sends_cache_marks", False):  # a Duet client whose upstream takes them
+            create_args = {**create_args, CACHE_MARKS_ARG: options.cache_marks}
+        return _AnswerTurn(workbench, options, tools, tool_choice, history, create_args,
                            reasoning, pass_back=pass_back, carries_reasoning=bool(reasoned),
                            issued=run.issued_calls if run is not None else {})
 
