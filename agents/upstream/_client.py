@@ -166,14 +166,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             max_retries=max_retries,
             retry_backoff=retry_backoff,
             max_retry_wait=max_retry_wait,
-            cache_marks=cache_marks,
-            cache_key=cache_key,
+            cache_marks=cache_marks, cache_key=cache_key,
         )
         validate_model_info(self._config.model_info)
-        self.sends_cache_marks = takes_hint(cache_marks, base_url, CACHE_MARK_HOSTS)
-        """The client's cache marks go on to this upstream (``extra_create_args[CACHE_MARKS_ARG]``)."""
-        self.takes_cache_key = takes_hint(cache_key, base_url, CACHE_KEY_HOSTS)
-        """A ``prompt_cache_key`` Duet derives may be sent to this upstream."""
         key = api_key if api_key is not None else (os.environ.get(api_key_env) if api_key_env else None)
         register_secrets([key, *self._config.headers.values()])  # masked in every error message and log line
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **self._config.headers}
@@ -198,6 +193,16 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         chat template served without a reasoning parser), as its last answers showed; ``None``: not seen
         yet (:func:`~duet.agents._thinking.opens_thinking` guesses from the name)."""
         self.issues_short_ids = False  # its upstream issued Mistral's call ids (duet.agents._upstream_calls)
+
+    @functools.cached_property
+    def sends_cache_marks(self) -> bool:
+        """The client's cache marks (``extra_create_args[CACHE_MARKS_ARG]``) go on to this upstream."""
+        return takes_hint(self._config.cache_marks, self._config.base_url, CACHE_MARK_HOSTS)
+
+    @functools.cached_property
+    def takes_cache_key(self) -> bool:
+        """A ``prompt_cache_key`` Duet derives (the reasoner's) may be sent to this upstream."""
+        return takes_hint(self._config.cache_key, self._config.base_url, CACHE_KEY_HOSTS)
 
     @property
     def reasoning_field(self) -> ReasoningField | None:
