@@ -73,22 +73,41 @@ def mark_messages(messages: list[dict[str, Any]], marks: Iterable[CacheMark]) ->
 
 
 def _mark_message(message: dict[str, Any], mark: CacheMark) -> bool:
+    """Marks the part of ``message`` that ``mark`` ends: a part whose text is the mark's (a client's own
+    parts), else the text parts split where the mark's text ends in their joined text (a message may
+    hold several marks: Claude Code marks more than one system block)."""
     content = message.get("content")
-    if isinstance(content, str):
-        end = _end_of(content, mark)
-        if end is None:
-            return False
-        parts = [{"type": "text", "text": content[:end], "cache_control": mark.control}]
-        if end < len(content):
-            parts.append({"type": "text", "text": content[end:]})
-        message["content"] = parts
-        return True
-    if isinstance(content, list):
-        for index, part in enumerate(content):
-            if isinstance(part, dict) and part.get("type") == "text" and part.get("text") == mark.text:
-                content[index] = {**part, "cache_control": mark.control}
-                return True
-    return False
+    parts: list[Any] = [{"type": "text", "text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+    for index, part in enumerate(parts):
+        if isinstance(part, dict) and part.get("type") == "text" and part.get("text") == mark.text and "cache_control" not in part:
+            parts[index] = {**part, "cache_control": mark.control}
+            message["content"] = parts
+            return True
+    if not parts or not all(isinstance(part, dict) and part.get("type") == "text" for part in parts):
+        return False
+    end = _end_of("".join(part["text"] for part in parts), mark)
+    if end is None:
+        return False
+    message["content"] = _split_at(parts, end, mark.control)
+    return True
+
+
+def _split_at(parts: list[dict[str, Any]], end: int, control: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Text ``parts`` with the one holding offset ``end`` (of their joined text) cut there, its first
+    piece carrying ``control``."""
+    out: list[dict[str, Any]] = []
+    offset = 0
+    for part in parts:
+        text = part["text"]
+        if offset < end <= offset + len(text):
+            cut = end - offset
+            out.append({**part, "text": text[:cut], "cache_control": control})
+            if cut < len(text):  # the rest keeps any mark that ended the whole part
+                out.append({**part, "text": text[cut:]})
+        else:
+            out.append(part)
+        offset += len(text)
+    return out
 
 
 def _end_of(content: str, mark: CacheMark) -> int | None:

@@ -73,3 +73,13 @@ def test_the_client_sends_marks_only_where_its_upstream_takes_them() -> None:
     assert sent["tools"][0]["cache_control"] == EPHEMERAL and sent["temperature"] == 0
     dropped = body_of(OpenAICompatibleClient("m", "http://localhost:11434/v1"), marks)
     assert "cache_control" not in json.dumps(dropped) and CACHE_MARKS_ARG not in dropped and dropped["temperature"] == 0
+
+
+def test_several_marks_in_one_message_each_end_their_block() -> None:
+    """Claude Code marks more than one system block: each mark cuts the text where its block ends."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Header.\n\nInstructions.\n\nPreamble."}]
+    mark_messages(messages, [CacheMark(role="system", text="Header.\n\nInstructions.", control={"n": 2}),
+                             CacheMark(role="system", text="Header.", control={"n": 1})])
+    assert messages[0]["content"] == [{"type": "text", "text": "Header.", "cache_control": {"n": 1}},
+                                      {"type": "text", "text": "\n\nInstructions.", "cache_control": {"n": 2}},
+                                      {"type": "text", "text": "\n\nPreamble."}]
