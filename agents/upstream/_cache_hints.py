@@ -10,12 +10,13 @@ Two hints, each a model section's setting (``auto`` decides from the base URL's 
   keeps them: langchain-ai/langchain#38215) and by Alibaba Model Studio's OpenAI-compatible API
   (https://www.alibabacloud.com/help/en/model-studio/context-cache, explicit cache: a
   ``"cache_control": {"type": "ephemeral"}`` mark inside a content block, at most 4 a request).
-  Others refuse the field: OpenAI's API and Mistral's (``extra inputs are not permitted``,
-  omnimind-ai/OmniBot#301) answer 400, so do stricter gateways (QuantumNous/new-api#5982); vLLM's and
+  Others do not define it (OpenAI's chat completions: "an OpenRouter-specific concept",
+  langchain-ai/langchain#33773) or refuse it: Mistral's API answers 400 (``Extra inputs are not
+  permitted``, omnimind-ai/OmniBot#301), so do strict gateways (QuantumNous/new-api#5982); vLLM's and
   Ollama's servers cache prefixes by themselves and have no marks (vllm-project/vllm#44775). Dropped there.
 - ``cache_key``: a ``prompt_cache_key`` Duet derives for calls whose client sent none of theirs (the
   reasoner's). OpenAI's API takes it (it routes requests with the same key and prefix to the same
-  cache: https://platform.openai.com/docs/guides/prompt-caching); vLLM ignores fields it does not know
+  cache: https://developers.openai.com/api/docs/guides/prompt-caching); vLLM ignores fields it does not know
   with a warning, Mistral refuses them: sent only where documented.
 """
 
