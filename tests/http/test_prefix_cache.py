@@ -12,9 +12,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import anthropic
 import httpx
 
-from tests.conftest import ANSWER, REASONER, tool
+from tests.conftest import ANSWER, API_KEY, REASONER, DuetServer, tool
 from tests.prefix_shares import messages_bytes, prefix_share
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
@@ -94,3 +95,34 @@ def test_notes_after_tool_results_stay_where_they_were(http: httpx.Client, upstr
              for m in bodies[-1]["messages"][1:]]
     assert roles == [("user", "Paris first."), ("assistant", None), ("tool", None), ("user", "Paris is 18°"),
                      ("assistant", None), ("tool", None), ("user", "Both known: "), ("assistant", None), ("user", "Say you are ")]
+
+
+def test_notes_after_tool_results_stay_where_they_were_on_messages(duet: DuetServer, upstream: ScriptedUpstream) -> None:
+    """The same on /v1/messages with the anthropic SDK (Claude Code's client): tool_result blocks, then the next turn."""
+    history: list[dict[str, Any]] = []
+    tools = [{"name": "get_weather", "description": "Current weather for a city.",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    with anthropic.Anthropic(base_url=duet.base_url, api_key=API_KEY, max_retries=0, timeout=30) as claude:
+        def ask(reasoning: str, reply: Reply) -> str | None:
+            upstream.script(REASONER, Reply(reasoning=[reasoning]))
+            upstream.script(ANSWER, reply)
+            message = claude.messages.create(model="duet-rethink", max_tokens=256, system="You are a weather bot.",
+                                             tools=tools, messages=history)  # type: ignore[arg-type]
+            content = [block.model_dump(exclude_none=True) for block in message.content if block.type != "thinking"]
+            history.append({"role": "assistant", "content": content})
+            return next((block["id"] for block in content if block["type"] == "tool_use"), None)
+
+        history.append({"role": "user", "content": "Weather in Paris, then in Rome?"})
+        call = ask("Paris first.", Reply(tool_calls=[ScriptedCall("get_weather", '{"city": "Paris"}')]))
+        history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": "18°C"}]})
+        call = ask("Now Rome.", Reply(tool_calls=[ScriptedCall("get_weather", '{"city": "Rome"}')]))
+        history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": "24°C"}]})
+        ask("Compare them.", Reply(content=["Rome is warmer."]))
+        history.append({"role": "user", "content": "Thanks!"})
+        ask("Say you are welcome.", Reply(content=["You are welcome."]))
+
+    requests = [messages_bytes(r.body) for r in upstream.requests_for(ANSWER)]
+    assert [prefix_share(a, b) for a, b in itertools.pairwise(requests)] == [1.0] * 3
+    notes = [m["content"] for m in upstream.requests_for(ANSWER)[-1].body["messages"] if m["role"] == "user"]
+    assert [note.split("<reasoning>\n")[-1].split("\n")[0] for note in notes] == [
+        "Paris first.", "Now Rome.", "Compare them.", "Say you are welcome."]
