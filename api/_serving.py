@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Generic, Iterable, Mapping, Protocol, TypeVar
+from typing import Any, AsyncIterator, Callable, Generic, Iterable, Mapping, Protocol, TypeVar
 
 from autogen_core import CancellationToken
 from fastapi import Request
@@ -47,7 +47,7 @@ from duet.api.observability import RequestObservation, current_observation
 from duet.api._wire import Model, ModelList
 from duet.api._rendering import Renderer, ResponseWriter
 from duet.api._settings import ServiceOptions
-from duet.api._sse import PING, CLIENT_GONE, EventStreamResponse, TimedWriteResponse, cancel_and_wait, watch_disconnect
+from duet.api._sse import PING, CLIENT_GONE, DirectWrites, EventStreamResponse, TimedWriteResponse, cancel_and_wait, watch_disconnect
 from duet.api._validation import LARGE_BODY_BYTES, load_body
 
 
@@ -420,7 +420,7 @@ class _EventSource:
     async def collect(self) -> list[DuetEvent]:
         return [event async for event in self._run]
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self, direct: DirectWrites | None = None) -> AsyncIterator[bytes]:
         assert self._renderer is not None and self._writer is not None
         render, take = self._renderer.render, self._writer.take
         event: DuetEvent | None
@@ -432,13 +432,30 @@ class _EventSource:
         if self._run.ended:
             await self._protocol.completed(self._request, self._writer)
         yield take()
+        deliver = None if direct is None else self._writing_through(direct)
         while not self._run.ended:
-            for event in await self._run.next_batch():
+            for event in await self._run.next_batch(deliver=deliver):
                 render(event)
             event = None
             if self._run.ended:
                 await self._protocol.completed(self._request, self._writer)
             yield take()
+
+    def _writing_through(self, direct: DirectWrites) -> Callable[[DuetEvent], bool]:
+        """What takes an event while the stream waits for the next: rendered and written at once, in the
+        emitting agent's step, when the client's connection takes it now (else the event is queued)."""
+        render, take, writable, write = self._renderer.render, self._writer.take, direct.writable, direct.write  # type: ignore[union-attr]
+
+        def deliver(event: DuetEvent) -> bool:
+            if not writable():
+                return False
+            render(event)
+            data = take()
+            if data:
+                write(data)
+            return True
+
+        return deliver
 
     async def close(self) -> None:
         if self._closed:

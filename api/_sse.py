@@ -48,8 +48,9 @@ class EventSource(Protocol):
         """Waits for the stream to begin. Returns a response to send *instead* (an error that
         happened before the first byte), or ``None`` to stream :meth:`chunks`."""
 
-    def chunks(self) -> AsyncIterator[bytes]:
-        """Framed SSE bytes."""
+    def chunks(self, direct: "DirectWrites | None" = None) -> AsyncIterator[bytes]:
+        """Framed SSE bytes. ``direct``, when given: what the source may also write itself, between two
+        chunks, as soon as it has it (:class:`DirectWrites`)."""
 
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
         """``error`` as the protocol's HTTP error response (the stream has not begun)."""
@@ -86,6 +87,25 @@ CLIENT_GONE: Final = "duet.client_gone"
 """Scope key of a callable that tells whether the client has closed or reset its connection, asking
 the kernel at once (set by the edge server, :mod:`duet.api.server._server`): a hang-up that has arrived is
 seen before the event loop gets round to reading it, which on a busy server is a while."""
+
+
+DIRECT_WRITES: Final = "duet.direct_writes"
+"""Scope key of a :class:`DirectWrites` for the response's body (set by the edge server,
+:mod:`duet.api.server._server`)."""
+
+
+class DirectWrites(Protocol):
+    """A started streamed body written in the caller's own step, not through ASGI's ``send``: a token
+    an agent has just read goes to the client without waking the response's task (one pass of the
+    event loop less per token). Only while :meth:`writable`; otherwise the usual ``send``, which waits
+    for a client that is slow to read."""
+
+    def writable(self) -> bool:
+        """Whether :meth:`write` may be called now: the body has begun, is not complete, the client is
+        there and the transport takes more without waiting."""
+
+    def write(self, data: bytes) -> None:
+        """Writes ``data`` as the body's next bytes (call only just after :meth:`writable` said yes)."""
 
 
 class QuietAbandonedResponses(logging.Filter):
@@ -230,6 +250,17 @@ class EventStreamResponse(Response):
         self._finished = False
         self._answering_instead = False
         self.write_timed_out = False
+        self._direct: DirectWrites | None = None  # the edge server's, once the status line is out
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def writable(self) -> bool:
+        """:class:`DirectWrites` for the source: the edge server's, while no ``send`` is under way."""
+        direct = self._direct
+        return direct is not None and not self._writing and direct.writable()
+
+    def write(self, data: bytes) -> None:
+        self._last_write = self._loop.time()  # type: ignore[union-attr]  # set with _direct
+        self._direct.write(data)  # type: ignore[union-attr]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.create_task(self._run(scope, receive, send))
@@ -274,7 +305,8 @@ class EventStreamResponse(Response):
             await instead(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
-        chunks = self._source.chunks()
+        direct: DirectWrites | None = scope.get(DIRECT_WRITES)
+        chunks = self._source.chunks(self if direct is not None else None)
         # The first chunk is made before anything is written, so that the status line and it leave
         # together: held (HOLD_WRITES) only across those two writes, not while a chunk is made.
         first = await anext(chunks, b"")
@@ -295,6 +327,7 @@ class EventStreamResponse(Response):
                 if hold_writes is not None:
                     hold_writes(False)
             self._writing = False
+            self._loop, self._direct = loop, direct
             async for chunk in chunks:
                 if chunk:
                     # The heartbeat watches the write: it cancels this task if the client does not take it in time.
@@ -303,6 +336,7 @@ class EventStreamResponse(Response):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     self._writing = False
                     chunk = b""  # written: not kept while the next is awaited
+            self._direct = None
             self._finished = True
             self._last_write = loop.time()
             self._writing = True
@@ -313,6 +347,7 @@ class EventStreamResponse(Response):
                 raise  # a hang-up, or the server shutting down
             logger.warning("stopped a stream: its client took no data for %gs (write_timeout)", self._write_timeout)
         finally:
+            self._direct = None
             heartbeat.cancel()
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 from autogen_core import CancellationToken
 
@@ -16,6 +17,10 @@ _END_EVENTS = (Finished, Failed)
 MAX_BUFFERED_EVENTS = 128
 """Events a run may get ahead of its reader before its agents wait for the reader (backpressure)."""
 
+Deliver = Callable[[DuetEvent], bool]
+"""Takes one event at once, in the emitting task, while the reader waits for the next (True), or
+declines it (False: it is queued, and the reader woken, as usual)."""
+
 
 class EventChannel:
     """Events from the agents to the caller. Collects what arrives while the caller is busy, so
@@ -25,9 +30,14 @@ class EventChannel:
     :meth:`room`, which returns when the caller has taken them (or the run is ending). A client
     that stops reading thus stops the agents, which stop reading their model's stream, whose
     server then stops writing: nothing piles up in between. While there is room, an event costs
-    one append and no task or future."""
+    one append and no task or future.
 
-    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed", "_request_out", "_request_out_waiters")
+    A reader that waits with a ``deliver`` callable (:meth:`drain`) is handed each event at once, in
+    the agent's own step, as long as nothing is queued before it (end events never are): a token then
+    goes from its model's stream to the client's without waking the reader, one pass of the event loop
+    less per token."""
+
+    __slots__ = ("_events", "_waiter", "_room", "_capacity", "_closed", "_request_out", "_request_out_waiters", "_deliver")
 
     def __init__(self, capacity: int = MAX_BUFFERED_EVENTS) -> None:
         self._events: list[DuetEvent] = []
@@ -37,12 +47,17 @@ class EventChannel:
         self._closed = False
         self._request_out = False
         self._request_out_waiters: list[asyncio.Future[None]] | None = None
+        self._deliver: Deliver | None = None  # set only while the reader waits in drain(), nothing queued
 
     def emit(self, event: DuetEvent) -> bool:
-        """Queues ``event``; False when the caller is ``capacity`` events behind (await :meth:`room`)."""
+        """Queues ``event`` (or hands it to the waiting reader's ``deliver``); False when the caller is
+        ``capacity`` events behind (await :meth:`room`)."""
         if not self._request_out:
             self.mark_request_out()
         events = self._events
+        deliver = self._deliver
+        if deliver is not None and not events and type(event) not in _END_EVENTS and deliver(event):
+            return True
         events.append(event)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
@@ -88,16 +103,18 @@ class EventChannel:
             if waiters is not None and waiter in waiters:  # timed out, or the caller was cancelled
                 waiters.remove(waiter)
 
-    async def drain(self, timeout: float | None = None) -> list[DuetEvent]:
+    async def drain(self, timeout: float | None = None, deliver: Deliver | None = None) -> list[DuetEvent]:
         """Everything emitted since the last call; waits for at least one event, or ``timeout``
-        seconds (then returns an empty list)."""
+        seconds (then returns an empty list). While it waits, ``deliver`` is offered each event first."""
         if not self._events:
             loop = asyncio.get_running_loop()
             self._waiter = waiter = loop.create_future()
             timer = loop.call_later(timeout, _wake, waiter) if timeout is not None else None
+            self._deliver = deliver
             try:
                 await waiter
             finally:
+                self._deliver = None
                 if timer is not None:
                     timer.cancel()
         events, self._events = self._events, []
@@ -130,12 +147,14 @@ class DuetStream:
         prepares after it is done while the model works, not before its request goes out."""
         await self._channel.wait_request_out(timeout)
 
-    async def next_batch(self, timeout: float | None = None) -> list[DuetEvent]:
+    async def next_batch(self, timeout: float | None = None, deliver: Deliver | None = None) -> list[DuetEvent]:
         """The events that arrived since the last batch (waiting for one if none did); an empty
-        list after ``timeout`` seconds without events, or once the run has ended."""
+        list after ``timeout`` seconds without events, or once the run has ended. While it waits,
+        each event is offered to ``deliver`` first, in the emitting task (the end event never is):
+        what it takes is not in the batch."""
         if self.ended:
             return []
-        batch = await self._channel.drain(timeout)
+        batch = await self._channel.drain(timeout, deliver)
         for index, event in enumerate(batch):
             if type(event) in _END_EVENTS:
                 self.ended = True

@@ -31,7 +31,7 @@ from duet._small_deque import SmallDeque, lighten_deque
 from duet.api.server._process import freeze_startup_objects
 from duet.api._wire import ErrorBody, ErrorDetail
 from duet.api._settings import ServiceOptions
-from duet.api._sse import ABORT_CONNECTION, CLIENT_GONE, HOLD_WRITES, WATCH_DISCONNECT
+from duet.api._sse import ABORT_CONNECTION, CLIENT_GONE, DIRECT_WRITES, HOLD_WRITES, WATCH_DISCONNECT
 
 logger = logging.getLogger("duet")
 
@@ -103,6 +103,26 @@ def hold_writes(cycle: Any, hold: bool) -> None:
             cycle.transport = _HeldWrites(transport)
     elif isinstance(transport, _HeldWrites):
         cycle.transport = transport.release()
+
+
+class DirectBodyWrites:
+    """A response's streamed body written in the caller's step (:class:`~duet.api._sse.DirectWrites`):
+    what uvicorn's ``send`` does for a chunk of a chunked body, without the coroutine, for as long as
+    its transport takes writes without waiting (``send`` then waits for the client, as ever). Holds the
+    request's cycle weakly, as :data:`~duet.api._sse.HOLD_WRITES` does."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = weakref.ref(cycle)
+
+    def writable(self) -> bool:
+        cycle = self._cycle()
+        return (cycle is not None and cycle.chunked_encoding is True and cycle.response_started and not cycle.response_complete
+                and not cycle.disconnected and not cycle.flow.write_paused and not isinstance(cycle.transport, _HeldWrites))
+
+    def write(self, data: bytes) -> None:
+        self._cycle().transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[union-attr]  # writable() saw it
 
 
 class _EdgeState:
@@ -238,6 +258,7 @@ class EdgeProtocol(HttpToolsProtocol):
             # The request's own cycle (a pipelined request behind it gets a cycle and a scope of its own),
             # held weakly: the cycle holds the scope, and a cycle of references would wait for the collector.
             self.scope[HOLD_WRITES] = functools.partial(_hold_writes_of, weakref.ref(self.cycle))  # type: ignore[typeddict-unknown-key]
+            self.scope[DIRECT_WRITES] = DirectBodyWrites(self.cycle)  # type: ignore[typeddict-unknown-key]
 
     def _watch_disconnect(self, gone: asyncio.Future[None], then: Callable[[], object] | None = None) -> None:
         """Calls ``then``, then sets ``gone``'s result, when the client hangs up or the response is

@@ -7,16 +7,13 @@ CLI (scripts/ensure-claude-code)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from tests.coding_agents import claude_code
 from tests.conftest import ANSWER, API_KEY, DuetServer
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream, default_responder
 
-CLAUDE = Path(sys.executable).parent.parent / "claude-code" / "node_modules" / ".bin" / "claude"
 SECRET = "duet-claude-code-7f3a"
 
 
@@ -25,7 +22,6 @@ def tool_results(body: dict[str, Any]) -> list[str]:
 
 
 def test_claude_code_reads_a_file_with_its_own_tool(duet: DuetServer, upstream: ScriptedUpstream, tmp_path: Path) -> None:
-    assert CLAUDE.exists(), "the Claude Code CLI is required: `make test` installs it (scripts/ensure-claude-code .venv/claude-code)"
     work = tmp_path / "project"
     work.mkdir()
     (work / "secret.txt").write_text(f"{SECRET}\n")
@@ -42,7 +38,7 @@ def test_claude_code_reads_a_file_with_its_own_tool(duet: DuetServer, upstream: 
         return Reply(content=["ok"])  # Claude Code's side requests (titles, summaries): no tools
 
     upstream.set_default(models)
-    done = run_claude(duet, tmp_path, work, "What does secret.txt say?")
+    done = claude_code(duet.base_url, API_KEY, "What does secret.txt say?", work, tmp_path / "home", "--allowedTools", "Read")
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert "The file says:" in done.stdout and SECRET in done.stdout, (done.stdout, done.stderr)
 
@@ -55,29 +51,11 @@ def test_claude_code_reads_a_file_with_its_own_tool(duet: DuetServer, upstream: 
     assert all(message["role"] in ("system", "user", "assistant", "tool") for message in first["messages"])
 
 
-def run_claude(duet: DuetServer, tmp_path: Path, work: Path, prompt: str, *options: str) -> subprocess.CompletedProcess[str]:
-    """``claude -p`` in ``work``, with Duet as its model and nothing of this machine's user."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path / "home"),  # no settings, credentials or history of this machine's user
-        "ANTHROPIC_BASE_URL": duet.base_url,
-        "ANTHROPIC_API_KEY": API_KEY,
-        # Nothing but the model calls leaves the machine: no update check, telemetry or error reports.
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-    }
-    return subprocess.run([str(CLAUDE), "-p", prompt, "--allowedTools", "Read", *options],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=180)
-
-
 def test_claude_codes_cache_marks_reach_an_upstream_that_takes_them(duet: DuetServer, upstream: ScriptedUpstream,
                                                                      tmp_path: Path) -> None:
     """Claude Code marks its system prompt's blocks and its latest message (``cache_control``): on a
     pipeline whose answer model takes marks (as OpenRouter's does), they arrive on the parts it marked,
     at most four (Anthropic's limit)."""
-    assert CLAUDE.exists(), "the Claude Code CLI is required: `make test` installs it (scripts/ensure-claude-code .venv/claude-code)"
     work = tmp_path / "project"
     work.mkdir()
     (work / "secret.txt").write_text(f"{SECRET}\n")
@@ -90,7 +68,8 @@ def test_claude_codes_cache_marks_reach_an_upstream_that_takes_them(duet: DuetSe
         return Reply(content=["Reading it."], tool_calls=[ScriptedCall("Read", json.dumps({"file_path": str(work / "secret.txt")}))])
 
     upstream.set_default(models)
-    done = run_claude(duet, tmp_path, work, "What does secret.txt say?", "--model", "duet-cache-hints")
+    done = claude_code(duet.base_url, API_KEY, "What does secret.txt say?", work, tmp_path / "home", "--allowedTools", "Read",
+                       "--model", "duet-cache-hints")
     assert done.returncode == 0, (done.stdout, done.stderr)
     main = [call.body for call in upstream.requests_for(ANSWER) if call.body.get("tools")]
     assert main, "Claude Code's main requests reached the answer model"

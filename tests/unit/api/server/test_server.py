@@ -28,3 +28,37 @@ def test_a_small_limit_is_shared_between_clients_and_upstreams() -> None:
 
 def test_a_tiny_limit_still_leaves_one_connection() -> None:
     assert connections_that_fit(ServiceOptions(), 3) >= 1
+
+
+def test_direct_body_writes_only_while_the_body_takes_them_now() -> None:
+    """A chunk of a started chunked body is framed as uvicorn frames it and written at once; never
+    before the status line, after the end, to a client that is gone, to a paused transport (the
+    usual ``send`` then waits for the client) or while writes are held."""
+    import types
+
+    from duet.api.server._server import DirectBodyWrites, _HeldWrites
+
+    class Cycle(types.SimpleNamespace):  # uvicorn's request-response cycle, as far as it is read (weakly referable)
+        pass
+
+    written: list[bytes] = []
+    transport = types.SimpleNamespace(write=written.append)
+    cycle = Cycle(chunked_encoding=True, response_started=True, response_complete=False, disconnected=False,
+                  flow=types.SimpleNamespace(write_paused=False), transport=transport)
+    direct = DirectBodyWrites(cycle)
+    assert direct.writable()
+    direct.write(b"data: {}\n\n")
+    assert written == [b"a\r\ndata: {}\n\n\r\n"]
+    for name, value in (("response_started", False), ("response_complete", True), ("disconnected", True), ("chunked_encoding", False)):
+        setattr(cycle, name, value)
+        assert not direct.writable(), name
+        setattr(cycle, name, not value)
+    cycle.flow.write_paused = True
+    assert not direct.writable()
+    cycle.flow.write_paused = False
+    cycle.transport = _HeldWrites(transport)  # type: ignore[arg-type]
+    assert not direct.writable()
+    cycle.transport = transport
+    assert direct.writable()
+    del cycle  # held weakly: a finished request's cycle is not kept alive by its scope's writer
+    assert not direct.writable()
