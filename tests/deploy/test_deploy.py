@@ -72,12 +72,13 @@ def test_compose_deploys_as_an_operator_needs() -> None:
     compose = resolved()
     services = compose["services"]
     assert {name: service.get("profiles") for name, service in services.items()} == {
-        "ollama": None, "ollama-pull": None, "duet": None, "redis": ["redis"]}  # Redis only with its profile
+        "ollama": None, "ollama-pull": None, "duet": None, "redis": ["redis"],  # Redis only with its profile
+        "prometheus": ["monitoring"], "grafana": ["monitoring"]}  # tests/deploy/test_compose_monitoring.py
     duet, ollama, pull = services["duet"], services["ollama"], services["ollama-pull"]
     # Pinned images: no floating tag.
     for name, service in services.items():
         image = service.get("image", "")
-        assert re.fullmatch(r"[\w./-]+:\d+(\.\d+)+(-[a-z]+)?", image), f"{name}: {image}"
+        assert re.fullmatch(r"[\w./-]+:v?\d+(\.\d+)+(-[a-z]+)?", image), f"{name}: {image}"
     assert duet["image"] == f"autogen-duet:{PROJECT['project']['version']}"
     # Restart policies; the pull runs once per `up`.
     assert duet["restart"] == ollama["restart"] == "unless-stopped" and pull["restart"] == "no"
