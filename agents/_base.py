@@ -182,7 +182,8 @@ class DuetAgent(BaseChatAgent):
                 if converted is not None:
                     error = converted.at_stage(self.name)
             if isinstance(error, DuetError):  # an upstream failed: expected, not a bug
-                logger.warning("%s failed in request %s: %s", self.name, run.request_id, error)
+                sent_to = getattr(error, "base_url", None)  # the operator's log names the server; the client's answer does not
+                logger.warning("%s failed in request %s: %s%s", self.name, run.request_id, error, f" ({sent_to})" if sent_to else "")
             else:
                 logger.exception("%s failed in request %s", self.name, run.request_id)
             run.emit(Failed(message=str(error), error=error))

@@ -79,7 +79,8 @@ class UpstreamError(DuetError):
 
     ``message`` reads "<stage> <model> <what happened>": the model client knows the model, the
     agent that called it names the stage (:meth:`at_stage`). The upstream's own ``code``,
-    ``error_type``, ``param`` and ``retry_after`` (the ``Retry-After`` header, as sent) are kept.
+    ``error_type``, ``param`` and ``retry_after`` (the ``Retry-After`` header, as sent) are kept, and
+    the ``base_url`` it was sent to.
     """
 
     def __init__(
@@ -92,9 +93,12 @@ class UpstreamError(DuetError):
         error_type: str | None = None,
         param: str | None = None,
         retry_after: str | None = None,
+        base_url: str | None = None,
     ) -> None:
         self.detail = mask_secrets(message)
         self.model = model
+        self.base_url = base_url
+        """The server the call was sent to, when the model client knows it (Duet's does)."""
         self.stage = "model"
         self.upstream_status = upstream_status
         self.code = code

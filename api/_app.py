@@ -199,7 +199,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     install_secret_masking(config.api_keys)  # and the upstream keys and header values the model clients register
     auth = BearerAuth(config.api_keys, shared_state=config.options.state_scope == "shared")
     options = config.options
-    continuations = open_store(options.state_url, timeout=options.store_timeout)  # an unwritable SQLite path stops here
+    continuations = open_store(options.state_url, timeout=options.store_timeout, failover_wait=options.store_failover_wait)  # an unwritable SQLite path stops here
     pipelines = config.build(continuations)
     _check_aliases(options, pipelines)
     gate = RequestGate(options)

@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from duet.agents import (
+    DEFAULT_BASE_URL,
     ConversationError,
     DuetError,
     UpstreamError,
@@ -91,13 +92,40 @@ UPSTREAM_CLIENT_ERRORS = (400, 413, 422)
 """Upstream statuses that mean the request itself was refused (too long a context, ...): the client's 400."""
 
 
+BASE_URL_VARIABLES = {"reasoning model": "DUET_REASONER_BASE_URL", "answer model": "DUET_ANSWER_BASE_URL"}
+"""The variable that sets each stage's server (a team's agents have only their team file)."""
+
+
+def what_to_do(base_url: str, models: Iterable[str], variables: Iterable[str]) -> str:
+    """What an operator does about a server at ``base_url`` that does not answer (startup and the
+    first request say the same)."""
+    settings = " / ".join(variables) or "the pipeline's base_url"
+    if base_url == DEFAULT_BASE_URL:
+        pulls = " && ".join(f"ollama pull {model}" for model in models)
+        return f"start Ollama (ollama serve) and pull the models ({pulls}), or set {settings}"
+    return f"start the server there, or set {settings} (or the pipeline's base_url) to one that answers"
+
+
+def unreachable_message(exc: UpstreamError) -> str:
+    """An unreachable upstream's message with what to do. The URL tried is named only when it is Ollama's
+    default (the first run without Ollama): a configured one is the operator's, named in the server's log
+    (an upstream failure never shows a client the upstream's URL)."""
+    if exc.base_url is None:
+        return exc.message
+    variable = BASE_URL_VARIABLES.get(exc.stage)
+    advice = what_to_do(exc.base_url, [exc.model or ""], [variable] if variable else [])
+    if exc.base_url == DEFAULT_BASE_URL:
+        return f"{exc.message} (tried {exc.base_url}, Ollama's default): {advice}"
+    return f"{exc.message} (the URL tried is in the server's log): {advice}"
+
+
 def upstream_api_error(exc: UpstreamError) -> APIError:
     """The status and body an upstream failure maps to (the table in this module's docstring)."""
     status = exc.upstream_status
     if isinstance(exc, UpstreamTimeout):
         return APIError(504, exc.message, type="upstream_error", code="upstream_timeout")
     if isinstance(exc, UpstreamUnreachable):  # Duet already retried connecting: a client's retries would only multiply
-        return APIError(503, exc.message, type="upstream_error", code="upstream_unavailable", headers=NO_RETRY)
+        return APIError(503, unreachable_message(exc), type="upstream_error", code="upstream_unavailable", headers=NO_RETRY)
     if isinstance(exc, UpstreamProtocolError):
         return APIError(502, exc.message, type="upstream_error", code="upstream_protocol_error")
     if isinstance(exc, UpstreamModelNotFound):  # Duet's configuration names a model the upstream does not serve

@@ -17,7 +17,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from duet.agents import DuetError
 from duet.agents import AnswerSettings, GroundingSettings, PipelineSettings, ReasonerSettings, ReasoningOutput
-from duet.agents.continuations import DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT, check_state_url, redacted_url
+from duet.agents.continuations import DEFAULT_FAILOVER_WAIT, DEFAULT_STATE_URL, DEFAULT_STORE_TIMEOUT, check_state_url, redacted_url
 from duet.agents import DEFAULT_BASE_URL, DEFAULT_PIPELINE_NAME, DEFAULT_REASONING_OUTPUT
 from duet.workbenches import ToolsSettings
 
@@ -100,6 +100,9 @@ class ServiceOptions(BaseModel):
     ping_interval: float = Field(5.0, gt=0, description="Seconds of silence before a ': ping' keep-alive.")
     state_url: str = Field(DEFAULT_STATE_URL, description="Where hidden parts of tool rounds wait: sqlite:///path, redis://host:port/db (rediss:// TLS, unix:///path.sock), redis+sentinel://host:port,host:port/service/db (Redis Sentinel) or memory:// (one process only).")
     store_timeout: float = Field(DEFAULT_STORE_TIMEOUT, gt=0, description="Seconds a continuation-store call may take before the round goes on without it.")
+    store_failover_wait: float = Field(
+        DEFAULT_FAILOVER_WAIT, ge=0, description="Seconds a Redis Sentinel store is waited for when it fails over (from the first failed call): meanwhile tool rounds are held in the worker and written to the new primary, and follow-ups wait for it. Set it to the sentinels' down-after-milliseconds plus a few seconds; 0: no wait (rounds during the failover go on without their hidden part)."
+    )
     state_scope: Literal["key", "shared"] = Field(
         "key", description="Whose stored state a request may read and continue: key (only what requests with its own API key stored) or shared (every key's alike, as on an open endpoint)."
     )

@@ -72,7 +72,7 @@ class Load:
         return self.done
 
 
-def deploy(stack: ExitStack, directory: Path, upstream: ScriptedUpstream) -> tuple[list[DuetServer], Balancer, RedisServer, RedisServer, Sentinels]:
+def deploy(stack: ExitStack, directory: Path, upstream: ScriptedUpstream, failover_wait: float | None) -> tuple[list[DuetServer], Balancer, RedisServer, RedisServer, Sentinels]:
     primary = RedisServer(directory / "primary")
     stack.callback(primary.stop)
     replica = RedisServer(directory / "replica", replica_of=primary.port)
@@ -86,6 +86,8 @@ def deploy(stack: ExitStack, directory: Path, upstream: ScriptedUpstream) -> tup
         "name": PIPELINE, "reasoner": {"base_url": upstream.base_url, "model": REASONER},
         "answer": {"base_url": upstream.base_url, "model": ANSWER}, "tools": {"functions": [LOOKUP]}}]}))
     env = {"DUET_STATE_URL": sentinels.url(), "DUET_STORE_TIMEOUT": "0.5", "DUET_API_KEYS": ""}
+    if failover_wait is not None:
+        env["DUET_STORE_FAILOVER_WAIT"] = str(failover_wait)
     with ThreadPoolExecutor(REPLICAS) as pool:
         starts = [pool.submit(DuetServer, ["--config", str(config)], env, directory / f"replica-{i}.log") for i in range(REPLICAS)]
         replicas = [start.result() for start in starts]
@@ -100,7 +102,7 @@ def deploy(stack: ExitStack, directory: Path, upstream: ScriptedUpstream) -> tup
 def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     with ExitStack() as stack, ScriptedUpstream() as upstream:
         upstream.set_default(mixed_rounds)
-        replicas, balancer, primary, replica, sentinels = deploy(stack, directory, upstream)
+        replicas, balancer, primary, replica, sentinels = deploy(stack, directory, upstream, args.failover_wait)
         started = time.monotonic()
         load = Load(balancer.base_url, args.clients)
         try:
@@ -144,6 +146,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the load (default 60)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent conversations (default 8)")
+    parser.add_argument("--failover-wait", type=float, default=None,
+                        help="DUET_STORE_FAILOVER_WAIT for the replicas (default: Duet's; 0: no wait, as before it existed)")
     parser.add_argument("--label", default="", help="a note saved with the figures")
     args = parser.parse_args()
     record = begin("scale")

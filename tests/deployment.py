@@ -174,6 +174,12 @@ class Sentinels:
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
         return f"redis+sentinel://{hosts}/{self.service}/{db}"
 
+    def command(self, *args: str, timeout: float = 5) -> str:
+        """One command to the first sentinel, through ``redis-cli``; its output."""
+        binary = shutil.which("redis-cli")
+        assert binary, "redis-cli is required (Debian's redis-tools, beside redis-server)"
+        return subprocess.run([binary, "-p", str(self.ports[0]), *args], capture_output=True, text=True, timeout=timeout).stdout.strip()
+
     def primary_port(self) -> int | None:
         """The primary's port as the first sentinel that answers names it."""
         binary = shutil.which("redis-cli")
@@ -195,10 +201,42 @@ class Sentinels:
 # -- HAProxy ---------------------------------------------------------------------------------------
 
 
-def shipped_haproxy_config(port: int, servers: list[int], stats_socket: Path) -> str:
-    """``deploy/haproxy/haproxy.cfg`` as shipped, its addresses changed, with what the tests watch it
-    by: a stats socket (each server's state) and ``X-Served-By`` (the server that answered)."""
-    text = SHIPPED_HAPROXY.read_text()
+@dataclass(frozen=True)
+class BalancerOptions:
+    """What a test changes of the shipped configuration (``None``: as shipped)."""
+
+    balance: str | None = None
+    """The algorithm (``roundrobin`` to see requests alternate); shipped: ``leastconn``."""
+    check_interval: str | None = None
+    """How often each replica's ``/health/ready`` is checked (``200ms`` to take a killed one out fast); shipped: ``2s``."""
+    check_timeout: str | None = None
+    """How long a check may take (``timeout check``); shipped: none, so the interval bounds it."""
+    slowstart: bool = True
+    """False: a replica that comes up gets its full share at once (``slowstart`` off)."""
+
+
+def _changed(text: str, pattern: str, replacement: str) -> str:
+    text, count = re.subn(pattern, replacement, text)
+    assert count == 1, f"deploy/haproxy/haproxy.cfg changed shape ({pattern!r}): update this helper"
+    return text
+
+
+def _with_options(text: str, options: BalancerOptions) -> str:
+    if options.balance is not None:
+        text = _changed(text, r"(?m)^(\s*balance )\S+", rf"\g<1>{options.balance}")
+    if options.check_interval is not None:
+        text = _changed(text, r"(?m)^(\s*default-server .*\binter )\S+", rf"\g<1>{options.check_interval}")
+    if options.check_timeout is not None:
+        text = _changed(text, r"(?m)^defaults\n", f"defaults\n    timeout check {options.check_timeout}\n")
+    if not options.slowstart:
+        text = _changed(text, r"(?m)^(\s*default-server .*?) slowstart \S+", r"\g<1>")
+    return text
+
+
+def shipped_haproxy_config(port: int, servers: list[int], stats_socket: Path, options: BalancerOptions = BalancerOptions()) -> str:
+    """``deploy/haproxy/haproxy.cfg`` as shipped, its addresses changed (and ``options``), with what the
+    tests watch it by: a stats socket (each server's state) and ``X-Served-By`` (the server that answered)."""
+    text = _with_options(SHIPPED_HAPROXY.read_text(), options)
     text, binds = re.subn(r"(?m)^(\s*bind )\S+", rf"\g<1>127.0.0.1:{port}", text)
     text, globals_ = re.subn(r"(?m)^global\n", f"global\n    stats socket {stats_socket} mode 600 level user\n", text)
     text, shipped_servers = re.subn(r"(?m)^\s*server duet-\d+ \S+.*\n?", "", text)
@@ -232,12 +270,14 @@ class Balancer:
         stop_process(self.process)
 
 
-def start_balancer(servers: list[int], directory: Path) -> Balancer:
+def start_balancer(servers: list[int], directory: Path, options: BalancerOptions = BalancerOptions()) -> Balancer:
+    """HAProxy serving the shipped configuration (changed by ``options``) in front of ``servers``
+    (``duet-1``, ``duet-2``, ... in that order)."""
     binary = shutil.which("haproxy")
     assert binary, "haproxy is required (make .venv/.test-ready installs it)"
     port, stats = free_port(), directory / "haproxy.sock"
     config = directory / "haproxy.cfg"
-    config.write_text(shipped_haproxy_config(port, servers, stats))
+    config.write_text(shipped_haproxy_config(port, servers, stats, options))
     process = subprocess.Popen([binary, "-f", str(config), "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for_port(port, timeout=10)

@@ -14,7 +14,7 @@ replicas; :class:`RedisContinuationStore`), memory
 never a reason to fail a request: :func:`open_store` (and ``Duet``, for a store passed in from
 Python) wraps a back-end in a :class:`GuardedStore`, which bounds every call by a timeout and turns
 faults into :class:`StoreUnavailable` (reported once per outage), so a round goes on without its
-hidden part.
+hidden part; a Redis Sentinel store that fails over is waited for (bounded), its writes held meanwhile.
 
 Every entry belongs to an owner (:func:`owned`): the API key whose request stored it, as a stable,
 non-reversible id, so one key never reads or continues what another stored; a run from Python has
@@ -22,7 +22,7 @@ non-reversible id, so one key never reads or continues what another stored; a ru
 
 Public API: the record, :class:`Continuation`, and the abstract :class:`ContinuationStore`; the
 back-ends above and :class:`GuardedStore`; :func:`open_store` (a URL → a guarded back-end; :func:`check_state_url` checks one without opening it; the
-defaults :data:`DEFAULT_STATE_URL`, :data:`DEFAULT_STORE_TIMEOUT` and :data:`DEFAULT_TTL`);
+defaults :data:`DEFAULT_STATE_URL`, :data:`DEFAULT_STORE_TIMEOUT`, :data:`DEFAULT_FAILOVER_WAIT` and :data:`DEFAULT_TTL`);
 :func:`owned`; :func:`redacted_url` (a store URL as logs show it); :func:`tool_rounds`, :func:`splice`; the reasoning
 already paid for, :class:`ReasoningLedger` (a retry of the same request reuses it for
 :data:`DEFAULT_REUSE_SECONDS`; its keys: :func:`fingerprint`, :func:`prefix_digests`); the errors
@@ -36,6 +36,7 @@ from duet.agents.continuations._redis import RedisContinuationStore, redacted_ur
 from duet.agents.continuations._rounds import splice, tool_rounds
 from duet.agents.continuations._sqlite import SQLiteContinuationStore
 from duet.agents.continuations._store import (
+    DEFAULT_FAILOVER_WAIT,
     DEFAULT_OWNER,
     DEFAULT_STATE_URL,
     DEFAULT_STORE_TIMEOUT,
@@ -50,6 +51,7 @@ from duet.agents.continuations._store import (
 __all__ = [
     "Continuation",
     "ContinuationStore",
+    "DEFAULT_FAILOVER_WAIT",
     "DEFAULT_OWNER",
     "DEFAULT_REUSE_SECONDS",
     "DEFAULT_STATE_URL",

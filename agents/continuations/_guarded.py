@@ -11,10 +11,12 @@ from urllib.parse import urlsplit
 
 from duet.agents._observe import StoreOutcome, observer_of
 from duet.agents._run import current_run
+from duet.agents.continuations._failover import SETTLE, Failover, HeldWrites
 from duet.agents.continuations._memory import MemoryContinuationStore
 from duet.agents.continuations._redis import REDIS_SCHEMES, SENTINEL_SCHEMES, RedisContinuationStore, SentinelURL, redacted_url
 from duet.agents.continuations._sqlite import SQLiteContinuationStore
 from duet.agents.continuations._store import (
+    DEFAULT_FAILOVER_WAIT,
     DEFAULT_STORE_TIMEOUT,
     DEFAULT_TTL,
     Continuation,
@@ -36,20 +38,40 @@ class GuardedStore(ContinuationStore):
     one info line. While the store is out, calls fail at once, but one every ``retry_interval``
     seconds goes through to try it: a hung store costs a request its timeout now and then, not
     every request every time.
+
+    A back-end that fails over (Redis Sentinel, :meth:`ContinuationStore.fails_over`) is waited for,
+    up to ``failover_wait`` seconds from the first failure: meanwhile writes are held in this worker
+    (bounded, :class:`~duet.agents.continuations._failover.HeldWrites`; answered from there) and written
+    once the new primary answers, and a follow-up's read (``get(..., across_failover=True)``) waits for
+    it; a write that cannot be held, and every call once the wait is over, fail as above.
     """
 
-    def __init__(self, store: ContinuationStore, timeout: float = DEFAULT_STORE_TIMEOUT, retry_interval: float = RETRY_INTERVAL) -> None:
+    def __init__(self, store: ContinuationStore, timeout: float = DEFAULT_STORE_TIMEOUT, retry_interval: float = RETRY_INTERVAL,
+                 failover_wait: float = DEFAULT_FAILOVER_WAIT) -> None:
         self.store = store
         self._timeout = timeout
         self._retry_interval = retry_interval
+        self._failover_wait = failover_wait
         self._down_since: float | None = None  # monotonic time of the first failure of this outage
         self._retry_at = 0.0
         self._probing = False
+        self._held = HeldWrites()
+        self._failover: Failover | None = None
 
     @property
     def available(self) -> bool:
         """False from a failed call until the next call that succeeds."""
         return self._down_since is None
+
+    @property
+    def held_writes(self) -> int:
+        """Writes held in this worker while its store fails over."""
+        return len(self._held)
+
+    @property
+    def dropped_writes(self) -> int:
+        """Writes held during a failover and then dropped (the wait ran out, or the worker stopped), in all."""
+        return self._held.dropped
 
     async def _guard(self, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         observer = observer_of(current_run())  # a request's store calls are told to its observer
@@ -78,11 +100,9 @@ class GuardedStore(ContinuationStore):
                 result = await call(*args)
         except Exception as exc:  # noqa: BLE001 - any fault of the store degrades the round the same way
             reason = f"no answer within {self._timeout:g} s" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            fails_over = self._failover_wait > 0 and self.store.fails_over(exc)
         else:
-            if self._down_since is not None:
-                logger.info("continuation store %s is back after %.1f s: tool rounds keep their hidden part again",
-                            self.store, time.monotonic() - self._down_since)
-                self._down_since = None
+            self._recovered()
             return result
         finally:
             if probe:
@@ -90,24 +110,86 @@ class GuardedStore(ContinuationStore):
         # Raised outside the except block: nothing of the failed call (frames, its exception) stays attached.
         self._retry_at = time.monotonic() + self._retry_interval
         if self._down_since is None:
-            self._down_since = time.monotonic()
-            logger.warning("continuation store %s is unavailable (%s): tool rounds go on without their hidden part "
-                           "until it answers again", self.store, reason)
+            self._begin_outage(reason, fails_over)
         raise StoreUnavailable(f"the continuation store {self.store} is unavailable: {reason}")
 
-    async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
-        await self._guard(self.store.put, call_ids, continuation)
+    def _begin_outage(self, reason: str, fails_over: bool) -> None:
+        self._down_since = time.monotonic()
+        if not fails_over:
+            logger.warning("continuation store %s is unavailable (%s): tool rounds go on without their hidden part "
+                           "until it answers again", self.store, reason)
+            return
+        if not self._failing_over():  # one that is still writing what it held goes on (it alone writes them)
+            self._failover = Failover(self.store, self._held, timeout=self._timeout,
+                                      until=self._down_since + self._failover_wait, recovered=self._recovered)
+        logger.warning("continuation store %s is failing over (%s): tool rounds are held in this worker and follow-ups "
+                       "wait for the new primary, for up to %g s", self.store, reason, self._failover_wait)
 
-    async def get(self, call_ids: Iterable[str]) -> Continuation | None:
-        return await self._guard(self.store.get, list(call_ids))
+    def _recovered(self) -> None:
+        if self._down_since is not None:
+            logger.info("continuation store %s is back after %.1f s: tool rounds keep their hidden part again",
+                        self.store, time.monotonic() - self._down_since)
+            self._down_since = None
+
+    def _failing_over(self) -> bool:
+        return self._failover is not None and self._failover.active
+
+    def _hold(self, keys: Sequence[str], continuation: Continuation) -> None:
+        """Keeps a write in this worker until the failover ends (written then, or dropped with a warning)."""
+        if not self._held.hold(keys, continuation):
+            raise StoreUnavailable(f"the continuation store {self.store} is failing over and this worker holds all the "
+                                   f"writes it can ({len(self._held)})")
+
+    async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
+        """Writes ``continuation`` under each of ``call_ids``; while the store fails over, holds it in this
+        worker (bounded) to be written once the new primary answers: a write it cannot hold raises."""
+        if self._failing_over():
+            return self._hold(call_ids, continuation)
+        try:
+            await self._guard(self.store.put, call_ids, continuation)
+        except StoreUnavailable:
+            if not self._failing_over():
+                raise
+            self._hold(call_ids, continuation)
+
+    async def get(self, call_ids: Iterable[str], *, across_failover: bool = False) -> Continuation | None:
+        """What is kept under the first of ``call_ids`` that has something. ``across_failover``: a read
+        that meets a failover waits (bounded) for the new primary, and looks again a moment later when it
+        finds nothing there (another worker may still be writing what it held)."""
+        ids = list(call_ids)
+        held = self._held.find(ids)
+        if held is not None:
+            return held
+        try:
+            return await self._guard(self.store.get, ids)
+        except StoreUnavailable:
+            failover = self._failover
+            if not across_failover or failover is None or not await failover.back():
+                raise
+        found = self._held.find(ids) or await self._guard(self.store.get, ids)
+        if found is None:
+            await asyncio.sleep(SETTLE)
+            found = await self._guard(self.store.get, ids)
+        return found
 
     async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
-        return await self._guard(self.store.get_each, list(keys))
+        if not self._held:
+            return await self._guard(self.store.get_each, list(keys))
+        held = self._held.find_each(keys)
+        if all(entry is not None for entry in held):
+            return held
+        found = await self._guard(self.store.get_each, list(keys))
+        return [entry or stored for entry, stored in zip(held, found, strict=True)]
 
     async def ping(self) -> None:
         await self._guard(self.store.ping)
 
     async def close(self) -> None:
+        if self._failover is not None and self._failover.active:
+            await self._failover.stop()
+        if dropped := self._held.drop():
+            logger.warning("continuation store %s: %d write(s) held during its failover are not kept (shutting down)",
+                           self.store, dropped)
         try:
             async with asyncio.timeout(self._timeout):
                 await self.store.close()
@@ -144,11 +226,13 @@ def check_state_url(url: str) -> str:
     raise ValueError(f"unsupported state URL scheme {parts.scheme + '://' if parts.scheme else '(none)'}: use {STATE_URL_FORMS}")
 
 
-def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT) -> GuardedStore:
+def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_STORE_TIMEOUT,
+               failover_wait: float = DEFAULT_FAILOVER_WAIT) -> GuardedStore:
     """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``redis://host:port/db``
     (``rediss://``, ``unix://``), ``redis+sentinel://host:port,.../service/db`` or ``memory://``,
     guarded (:class:`GuardedStore`): each call takes at most ``timeout`` seconds, and a fault raises
-    :class:`StoreUnavailable`. Raises :class:`StoreOpenError` when a SQLite file cannot be created or
+    :class:`StoreUnavailable`; a Sentinel store's failover is waited for up to ``failover_wait`` seconds.
+    Raises :class:`StoreOpenError` when a SQLite file cannot be created or
     written, ``ValueError`` for a URL it cannot use."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
@@ -156,5 +240,5 @@ def open_store(url: str, ttl: float = DEFAULT_TTL, *, timeout: float = DEFAULT_S
     if scheme == "sqlite":
         return GuardedStore(SQLiteContinuationStore(url.removeprefix("sqlite:///"), ttl, timeout=timeout), timeout)
     if scheme in REDIS_SCHEMES:
-        return GuardedStore(RedisContinuationStore(url, ttl, timeout=timeout), timeout)
+        return GuardedStore(RedisContinuationStore(url, ttl, timeout=timeout), timeout, failover_wait=failover_wait)
     raise ValueError(f"unsupported state URL {redacted_url(url)!r}: use {STATE_URL_FORMS}")

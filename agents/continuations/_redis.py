@@ -105,6 +105,11 @@ class RedisContinuationStore(ContinuationStore):
         self._ttl = int(ttl)
         self._prefix = prefix
         self._where = redacted_url(url)
+        self._sentinel = urlsplit(url).scheme in SENTINEL_SCHEMES
+        # What a call meets during a failover: the old primary refuses or resets (ConnectionError), a demoted
+        # one answers READONLY (redis-py turns it into a ConnectionError), the sentinels name no primary
+        # (MasterNotFoundError, a ConnectionError), or nothing answers in time.
+        self._failover_errors = (redis.ConnectionError, redis.ReadOnlyError, redis.TimeoutError, ConnectionError, TimeoutError)
 
     async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
         payload = continuation.model_dump_json()
@@ -128,6 +133,9 @@ class RedisContinuationStore(ContinuationStore):
 
     async def ping(self) -> None:
         await self._redis.ping()
+
+    def fails_over(self, error: BaseException) -> bool:
+        return self._sentinel and isinstance(error, self._failover_errors)
 
     async def close(self) -> None:
         await self._redis.aclose()

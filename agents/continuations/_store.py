@@ -21,6 +21,9 @@ logger = logging.getLogger("duet.agents.continuations")
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_STATE_URL = "sqlite:///.duet/state.db"
 DEFAULT_STORE_TIMEOUT = 2.0  # seconds per store call (the service takes it from ServiceOptions.store_timeout)
+DEFAULT_FAILOVER_WAIT = 10.0
+"""Seconds a store that fails over (Redis Sentinel) is waited for: a Sentinel's ``down-after-milliseconds``
+(5 s in deploy/kubernetes' production overlay) plus its election, with room to spare."""
 
 DEFAULT_OWNER = ""
 """The owner of state stored without a key of its own: an open endpoint, keys that share state
@@ -112,6 +115,11 @@ class ContinuationStore(abc.ABC):
     def available(self) -> bool:
         """False while the store is known to be out (a :class:`GuardedStore` knows; others are taken to be up)."""
         return True
+
+    def fails_over(self, error: BaseException) -> bool:
+        """True when ``error`` is what a call meets while the back-end fails over to another server (no
+        primary, the old one refusing or demoted): a :class:`GuardedStore` then waits for the new one."""
+        return False
 
     async def close(self) -> None:
         return None

@@ -370,7 +370,7 @@ class Duet:
         for index in reversed(tool_rounds(conversation)):  # from the end, so earlier indices hold
             call_ids = [call.id for call in conversation[index].content]  # type: ignore[union-attr]
             try:
-                continuation = await self.continuations.get(self._key(call_id, owner) for call_id in call_ids)
+                continuation = await self.continuations.get((self._key(call_id, owner) for call_id in call_ids), across_failover=True)
             except StoreUnavailable:  # the store reports its outage once; this round goes on without it
                 break
             if continuation is None:

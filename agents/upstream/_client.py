@@ -267,7 +267,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             try:
                 response = await self._send(self._url, body, cancellation_token, fresh)
             except (TimeoutError, aiohttp.ClientError) as exc:
-                failure, retry = send_failure(exc, config.model, config.connect_timeout, config.read_timeout)
+                failure, retry = send_failure(exc, config.model, config.connect_timeout, config.read_timeout, config.base_url)
                 if retry == "on a new connection" and not fresh:
                     fresh = True  # at once: the pool may hold more connections the server closed
                     continue
@@ -375,7 +375,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             forget(exc)
             failure = UpstreamTimeout(f"did not answer GET /models within {timeout:g}s", model=model)
         except aiohttp.ClientConnectorError as exc:
-            failure = UpstreamUnreachable(f"cannot be reached: {describe(exc)}", model=model)
+            failure = UpstreamUnreachable(f"cannot be reached: {describe(exc)}", model=model, base_url=self._config.base_url)
             forget(exc)
         except aiohttp.ClientError as exc:
             failure = UpstreamConnectionError(f"failed GET /models: {describe(exc)}", model=model)

@@ -53,16 +53,18 @@ def describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def send_failure(exc: BaseException, model: str, connect_timeout: float, read_timeout: float) -> tuple[UpstreamError, Retry]:
+def send_failure(exc: BaseException, model: str, connect_timeout: float, read_timeout: float,
+                 base_url: str | None = None) -> tuple[UpstreamError, Retry]:
     """The error a request that got no answer stands for (``exc``, from aiohttp, is forgotten), and
     whether it is tried again."""
     forget(exc)
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return UpstreamUnreachable(f"cannot be reached: no connection within {connect_timeout:g}s", model=model), "later"
+        return UpstreamUnreachable(f"cannot be reached: no connection within {connect_timeout:g}s", model=model,
+                                   base_url=base_url), "later"
     if isinstance(exc, asyncio.TimeoutError):  # connected, but no answer (not retried: it would only wait again)
         return UpstreamTimeout(f"did not answer within {read_timeout:g}s", model=model), "no"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamUnreachable(f"cannot be reached: {describe(exc)}", model=model), "later"
+        return UpstreamUnreachable(f"cannot be reached: {describe(exc)}", model=model, base_url=base_url), "later"
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
         # Most likely a pooled keep-alive connection the server closed just as it was reused.
         failure = UpstreamConnectionError(f"closed the connection without answering: {describe(exc)}", model=model)

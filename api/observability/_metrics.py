@@ -117,6 +117,11 @@ class Metrics:
                                         "max_pending_body_bytes).", worker, registry=registry, multiprocess_mode="livesum")
         self.store_up = Gauge("duet_store_up", "1 while the state store answers, 0 while it is out (the worker serves degraded).",
                               worker, registry=registry, multiprocess_mode="livesum")
+        self.store_held_writes = Gauge("duet_store_held_writes", "Writes held in the worker while its store fails over "
+                                       "(written to the new primary once it answers).", worker, registry=registry,
+                                       multiprocess_mode="livesum")
+        self.store_dropped_writes = Counter("duet_store_dropped_writes", "Writes held during a store failover, then dropped "
+                                            "(it outlasted store_failover_wait, or the worker stopped).", worker, registry=registry)
         self.process_cpu = Counter("duet_process_cpu_seconds", "User and system CPU time of the worker process.",
                                    worker, registry=registry)
         self.process_memory = Gauge("duet_process_resident_memory_bytes", "Resident memory of the worker process.",

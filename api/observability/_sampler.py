@@ -19,7 +19,7 @@ import resource
 from importlib.metadata import PackageNotFoundError, version
 from typing import Callable, Protocol
 
-from duet.agents.continuations import ContinuationStore
+from duet.agents.continuations import ContinuationStore, GuardedStore
 
 from duet.api.observability._metrics import Metrics
 
@@ -85,6 +85,9 @@ class WorkerSampler:
         self._saturation = metrics.saturation.labels(worker)
         self._pending = metrics.pending_body_bytes.labels(worker)
         self._store_up = metrics.store_up.labels(worker)
+        self._held_writes = metrics.store_held_writes.labels(worker)
+        self._dropped_writes = metrics.store_dropped_writes.labels(worker)
+        self._dropped_counted = 0
         self._cpu = metrics.process_cpu.labels(worker)
         self._memory = metrics.process_memory.labels(worker)
         self._fds = metrics.process_fds.labels(worker)
@@ -107,6 +110,10 @@ class WorkerSampler:
         self._saturation.set(min((self._running() + gate.starting) / gate.max_running, 1.0))
         self._pending.set(gate.pending_body_bytes)
         self._store_up.set(1 if self._store.available else 0)
+        if isinstance(self._store, GuardedStore):
+            self._held_writes.set(self._store.held_writes)
+            self._dropped_writes.inc(self._store.dropped_writes - self._dropped_counted)
+            self._dropped_counted = self._store.dropped_writes
         cpu = cpu_seconds()
         self._cpu.inc(max(cpu - self._cpu_counted, 0.0))
         self._cpu_counted = cpu

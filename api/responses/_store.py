@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from duet.agents.continuations import Continuation, ContinuationStore, StoreUnavailable, owned
+from duet.agents.continuations import Continuation, ContinuationStore, GuardedStore, StoreUnavailable, owned
 
 from duet.api._errors import APIError
 
@@ -40,7 +40,10 @@ class ResponseStore:
 
     async def _get(self, key: str) -> dict[str, Any] | None:
         try:
-            found = await self._store.get([key])
+            if isinstance(self._store, GuardedStore):  # a follow-up's read: it waits (bounded) across a failover
+                found = await self._store.get([key], across_failover=True)
+            else:
+                found = await self._store.get([key])
         except StoreUnavailable:
             raise store_unavailable() from None
         return found.record if found is not None else None

@@ -19,6 +19,7 @@ from duet.agents.continuations import open_store, redacted_url
 from duet.agents import ModelSettings
 
 from duet.api._app import ServiceConfig
+from duet.api._errors import what_to_do
 from duet.api._health import Readiness
 from duet.api._settings import KEY_VARIABLES, TeamPipelineSettings
 
@@ -76,7 +77,7 @@ async def check(config: ServiceConfig, probe: bool) -> tuple[bool, dict[str, Any
     ``probe``, also starts the MCP servers and runs the readiness checks with the upstream probe on,
     as ``/health/ready`` would. Returns ``(ready, checks)``."""
     options = config.options.model_copy(update={"ready_probe_upstreams": True})
-    store = open_store(options.state_url, timeout=options.store_timeout)
+    store = open_store(options.state_url, timeout=options.store_timeout, failover_wait=options.store_failover_wait)
     try:
         pipelines = config.build(store)
         try:
@@ -127,13 +128,6 @@ def configured_upstreams(config: ServiceConfig) -> list[Upstream]:
     return list(found.values())
 
 
-def _what_to_do(upstream: Upstream) -> str:
-    pulls = " && ".join(f"ollama pull {model}" for model in upstream.models)
-    if upstream.base_url == DEFAULT_BASE_URL:
-        return f"start Ollama (ollama serve) and pull the models ({pulls}), or set {' / '.join(upstream.variables)}"
-    return f"start the server there, or set {' / '.join(upstream.variables)} (or the pipeline's base_url) to one that answers"
-
-
 def upstream_problem(upstream: Upstream, timeout: float = UPSTREAM_PROBE_SECONDS) -> str | None:
     """Why ``upstream`` cannot serve its models (``GET /models``), with what to do; None if it can."""
     key = os.environ.get(upstream.api_key_env or "")
@@ -143,7 +137,7 @@ def upstream_problem(upstream: Upstream, timeout: float = UPSTREAM_PROBE_SECONDS
         response = httpx.get(url, headers=headers, timeout=timeout, trust_env=False)  # as the model clients: no proxy
     except httpx.HTTPError as exc:
         reason = "no answer" if isinstance(exc, httpx.TimeoutException) else f"{type(exc).__name__}: {exc}"
-        return f"the upstream {upstream.base_url} does not answer (GET {url}: {reason}): {_what_to_do(upstream)}"
+        return f"the upstream {upstream.base_url} does not answer (GET {url}: {reason}): {what_to_do(upstream.base_url, upstream.models, upstream.variables)}"
     if response.status_code != 200:
         return f"the upstream {upstream.base_url} answers GET {url} with {response.status_code}: check its key ({upstream.api_key_env}) and URL"
     try:

@@ -102,11 +102,38 @@ def test_unreachable_upstream(duet: DuetServer, upstream: ScriptedUpstream, tmp_
     from tests.conftest import free_port
 
     config = tmp_path / "dead.yaml"
-    config.write_text(yaml.safe_dump({"pipelines": [{"name": "dead", "answer": {"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "x"}}]}))
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    config.write_text(yaml.safe_dump({"pipelines": [{"name": "dead", "answer": {"base_url": dead, "model": "x"}}]}))
     server = DuetServer(["--config", str(config)], {}, tmp_path / "dead.log")
     try:
-        response = httpx.post(f"{server.base_url}/v1/chat/completions", json={"model": "dead", "messages": USER})
-        assert "model x cannot be reached: connection refused" in assert_error(response, 503, "upstream_unavailable")["message"]
+        for stream in (False, True):  # refused before the first byte: the status says it, streamed or not
+            response = httpx.post(f"{server.base_url}/v1/chat/completions", json={"model": "dead", "stream": stream, "messages": USER})
+            message = assert_error(response, 503, "upstream_unavailable")["message"]
+            # What to do, as startup says it; the URL tried only in the operator's log (never a client's answer).
+            assert message == ("answer model x cannot be reached: connection refused (the URL tried is in the server's log): "
+                               "start the server there, or set DUET_ANSWER_BASE_URL (or the pipeline's base_url) to one that "
+                               "answers"), message
+    finally:
+        server.stop()
+    assert f"answer model x cannot be reached: connection refused ({dead})" in server.log.read_text()
+
+
+def test_unreachable_ollama_says_start_it_and_pull_the_models(tmp_path: Any) -> None:
+    """The first run without Ollama (the default upstream): the first request says how to start it."""
+    import socket
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 11434)) == 0:
+            pytest.skip("something listens on Ollama's port here")
+    server = DuetServer([], {"DUET_REASONER_MODEL": "r-model", "DUET_ANSWER_MODEL": "a-model"}, tmp_path / "first-run.log")
+    try:
+        response = httpx.post(f"{server.base_url}/v1/chat/completions", json={"model": "duet", "messages": USER})
+        message = assert_error(response, 503, "upstream_unavailable")["message"]
+        stage, model, variable = ("reasoning", "r-model", "REASONER") if message.startswith("reasoning") else ("answer", "a-model", "ANSWER")
+        assert message.startswith(f"{stage} model {model} cannot be reached: "), message
+        assert message.endswith("(tried http://localhost:11434/v1, Ollama's default): start Ollama (ollama serve) and pull the models "
+                                f"(ollama pull {model}), or set DUET_{variable}_BASE_URL"), message
+        assert "ollama serve" in server.log.read_text()  # startup said it too
     finally:
         server.stop()
 

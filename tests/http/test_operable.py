@@ -16,7 +16,7 @@ import httpx
 
 from duet.agents import DEFAULT_BASE_URL
 from duet.api.server._startup import Upstream, upstream_problem
-from duet.api.server._startup import _what_to_do as what_to_do
+from duet.api._errors import what_to_do
 from tests.conftest import ANSWER, DUET, REASONER, ROOT, DuetServer, free_port
 from tests.deployment import wait_until
 from tests.scripted_upstream import Reply, ScriptedUpstream
@@ -137,7 +137,7 @@ BOTH_URLS = ("DUET_REASONER_BASE_URL", "DUET_ANSWER_BASE_URL")
 
 
 def test_the_default_ollama_is_told_to_start_and_pull() -> None:
-    assert what_to_do(Upstream(DEFAULT_BASE_URL, OLLAMA_MODELS, BOTH_URLS, None)) == (
+    assert what_to_do(DEFAULT_BASE_URL, OLLAMA_MODELS, BOTH_URLS) == (
         "start Ollama (ollama serve) and pull the models (ollama pull deepseek-r1:7b && ollama pull qwen2.5:7b), "
         "or set DUET_REASONER_BASE_URL / DUET_ANSWER_BASE_URL")
 

@@ -37,7 +37,7 @@ FACES: dict[str, list[str]] = {
         "export_team", "load_team", "load_team_config",
     ],
     "duet.agents.continuations": [
-        "Continuation", "ContinuationStore", "DEFAULT_OWNER", "DEFAULT_REUSE_SECONDS", "DEFAULT_STATE_URL",
+        "Continuation", "ContinuationStore", "DEFAULT_FAILOVER_WAIT", "DEFAULT_OWNER", "DEFAULT_REUSE_SECONDS", "DEFAULT_STATE_URL",
         "DEFAULT_STORE_TIMEOUT", "DEFAULT_TTL", "GuardedStore", "MemoryContinuationStore", "ReasoningLedger",
         "RedisContinuationStore", "SQLiteContinuationStore", "StoreOpenError", "StoreUnavailable", "check_state_url", "fingerprint",
         "open_store", "owned", "prefix_digests", "redacted_url", "splice", "tool_rounds",
