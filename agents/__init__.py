@@ -6,11 +6,11 @@ Running the duet (a Python program, and the HTTP service):
 
 - :class:`Duet` — a pipeline ready to run, from settings or a team file; :meth:`Duet.start` takes a
   :class:`DuetRequest` (the conversation, the client's tools, the :class:`AnswerOptions` with the
-  client's :data:`ReasoningEffort`, who asks)
+  client's :data:`ReasoningEffort` and its prompt-cache marks, :class:`CacheMark`, who asks)
   or OpenAI-style lists, and returns a :class:`DuetStream`; ``stream()`` yields its events,
   ``run()`` collects them into a :class:`DuetResult`; :class:`RunToken` — a run's cancellation token
   (it can ask whether the client is gone); :func:`conversation_from_openai` — OpenAI ``messages`` →
-  AutoGen ``LLMMessage`` objects;
+  AutoGen ``LLMMessage`` objects; :func:`cache_marks_from_openai` — the ``cache_control`` marks on their parts;
 - settings: :class:`PipelineSettings`, :class:`ReasonerSettings`, :class:`AnswerSettings`,
   :class:`ModelSettings`, :class:`GroundingSettings`, :data:`ReasoningOutput` (how reasoning is shown),
   and their defaults :data:`DEFAULT_BASE_URL`, :data:`DEFAULT_PIPELINE_NAME`, :data:`DEFAULT_REASONING_OUTPUT`;
@@ -47,7 +47,7 @@ The state store is :mod:`duet.agents.continuations`; the runtime :mod:`duet.agen
 
 from duet.agents._answer_agent import AnswerAgent
 from duet.agents._cancellation import RunToken
-from duet.agents._conversation import ConversationError, conversation_from_openai
+from duet.agents._conversation import ConversationError, cache_marks_from_openai, conversation_from_openai
 from duet.agents._errors import (
     DuetError,
     TeamLoadError,
@@ -80,7 +80,7 @@ from duet.agents._grounding import GroundingAgent
 from duet.agents._ids import random_id
 from duet.agents._names import ANSWERER_NAME, GROUNDER_NAME, REASONER_NAME
 from duet.agents._observe import ModelCallObserver, RunObserver, Stage, StoreOutcome, ToolCallObserver
-from duet.agents._options import AnswerOptions, ReasoningEffort
+from duet.agents._options import AnswerOptions, CacheMark, ReasoningEffort
 from duet.agents._reasoning_agent import ReasoningAgent
 from duet.agents._request import DuetRequest
 from duet.agents._run import RunNotBoundError
@@ -103,6 +103,7 @@ __all__ = [
     "AnswerAgent",
     "AnswerOptions",
     "AnswerSettings",
+    "CacheMark",
     "ContentDelta",
     "ConversationError",
     "DEFAULT_BASE_URL",
@@ -151,6 +152,7 @@ __all__ = [
     "Usage",
     "UsageOrigin",
     "build_team",
+    "cache_marks_from_openai",
     "conversation_from_openai",
     "export_team",
     "load_team",

@@ -41,7 +41,7 @@ from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agen
 from duet.agents._errors import UpstreamStatusError
 from duet.agents._conversation import without_images
 from duet.agents._upstream_calls import IssuedCall, issue, remember_ids, to_upstream, wants_short_ids
-from duet.agents.upstream import add_usage, streaming_create_args
+from duet.agents.upstream import CACHE_MARKS_ARG, add_usage, streaming_create_args
 from duet.agents._events import ContentDelta, DuetEvent, FinishReason, ReasoningDelta, ToolCall, ToolCallsRequested, Usage
 from duet.agents._grounding import retrieved_context
 from duet.agents._messages import answer_reply, client_handoff, read_grounding, read_task
@@ -237,7 +237,10 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         pass_back = self._pass_reasoning_back is True or (
             self._pass_reasoning_back == "auto" and (self._model_thinks() or any(m.reasoning.from_model for m in reasoned))
         )
-        return _AnswerTurn(workbench, options, tools, tool_choice, history, streaming_create_args(self._model_client, options.create_args),
+        create_args = streaming_create_args(self._model_client, options.create_args)
+        if options.cache_marks and getattr(self._model_client, "sends_cache_marks", False):  # a Duet client whose upstream takes them
+            create_args = {**create_args, CACHE_MARKS_ARG: options.cache_marks}
+        return _AnswerTurn(workbench, options, tools, tool_choice, history, create_args,
                            reasoning, pass_back=pass_back, carries_reasoning=bool(reasoned),
                            issued=run.issued_calls if run is not None else {})
 
@@ -442,30 +445,39 @@ def reasoning_note(reasoning: str, grounding: str = "") -> str:
 
 def place_notes(body: list[LLMMessage], offset: int, reasoning: str, grounding: str,
                 notes: Mapping[int, tuple[str, str]]) -> bool:
-    """Appends to each user message of ``body`` its note (``notes``: (reasoning, grounding) by index in the
-    whole conversation, ``offset`` being the index of ``body[0]``); the latest user turn gets ``reasoning``
-    and ``grounding`` unless it has a note of its own, in which case reasoning that differs from it
-    (a reasoner that thought again on tool results) follows the results as a user message. True when a
-    note was placed."""
+    """Places the notes in ``body`` (``notes``: (reasoning, grounding) by index in the whole conversation,
+    ``offset`` being the index of ``body[0]``): a user message's note inside it, after its text; the note
+    of tool results a reasoner thought again on as a user message right after them. This run's
+    ``reasoning`` and ``grounding`` go with the conversation's last message: inside the latest user
+    message, or, when the conversation ends with tool results, the part of ``reasoning`` that is not the
+    turn's own note (a reasoner that thought again) after them. Every note stays where an earlier request
+    put it, so each request begins with the previous one. True when a note was placed."""
     last_user = next((i for i in range(len(body) - 1, -1, -1) if isinstance(body[i], UserMessage)), None)
     placed = False
+    after_results: list[tuple[int, str]] = []
     for index, (earlier_reasoning, earlier_grounding) in notes.items():
         at = index - offset
         if 0 <= at < len(body) and at != last_user and isinstance(body[at], UserMessage):
             placed = _append_note(body, at, reasoning_note(earlier_reasoning, earlier_grounding)) or placed
+        elif 0 <= at < len(body) - 1 and isinstance(body[at], FunctionExecutionResultMessage) and earlier_reasoning:
+            after_results.append((at, reasoning_note(earlier_reasoning).lstrip("\n")))
     own = notes.get(last_user + offset) if last_user is not None else None
-    if own is not None and last_user is not None:
-        placed = _append_note(body, last_user, reasoning_note(*own)) or placed
-        rest = reasoning[len(own[0]):].lstrip("\n") if reasoning.startswith(own[0]) else reasoning
-        if rest:
-            body.append(UserMessage(content=reasoning_note(rest).lstrip("\n"), source="user"))
+    if body and isinstance(body[-1], FunctionExecutionResultMessage):
+        if own is not None and last_user is not None:
+            placed = _append_note(body, last_user, reasoning_note(*own)) or placed
+            reasoning = reasoning[len(own[0]):].lstrip("\n") if reasoning.startswith(own[0]) else reasoning
+            grounding = ""
+        if reasoning or grounding:
+            after_results.append((len(body) - 1, reasoning_note(reasoning, grounding).lstrip("\n")))
             placed = True
     elif last_user is not None:
         placed = _append_note(body, last_user, reasoning_note(reasoning, grounding)) or placed
     elif reasoning or grounding:
         body.append(UserMessage(content=reasoning_note(reasoning, grounding).lstrip("\n"), source="user"))
         placed = True
-    return placed
+    for at, note in sorted(after_results, reverse=True):  # from the end: the earlier indices hold
+        body.insert(at + 1, UserMessage(content=note, source="user"))
+    return placed or bool(after_results)
 
 
 def _append_note(body: list[LLMMessage], at: int, note: str) -> bool:

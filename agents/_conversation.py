@@ -34,6 +34,7 @@ from duet.workbenches import model_safe_name
 from duet._errors import DuetError
 
 from duet.agents._model_reasoning import ReasonedAssistantMessage, sent_reasoning
+from duet.agents._options import CacheMark
 from duet.agents._thinking import strip_think_blocks, think_text
 
 MISSING_RESULT = "(the client sent no result for this call)"
@@ -213,6 +214,40 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
             result.append(_turn(message, role, f"messages[{index}]", pending))
     tool_turn.close()
     return result
+
+
+_JOINED_ROLES = {"system": "system", "developer": "system", "assistant": "assistant", "tool": "tool"}
+"""Roles whose text parts :func:`conversation_from_openai` joins into one text (as the mark's role)."""
+
+
+def cache_marks_from_openai(messages: Sequence[Mapping[str, Any]]) -> tuple[CacheMark, ...]:
+    """The ``cache_control`` marks on the content parts of OpenAI ``messages`` (OpenRouter's way of
+    sending Anthropic's marks), each where :func:`conversation_from_openai` puts the end of its part: in
+    the joined text of a system, assistant or tool message, or, in a user message (whose parts are kept),
+    the part's own text. A mark on an image part is dropped. Read after the conversation was converted.
+
+    >>> cache_marks_from_openai([{"role": "system", "content": [{"type": "text", "text": "Be brief. "},
+    ...     {"type": "text", "text": "Use tools.", "cache_control": {"type": "ephemeral"}}]}])[0].text
+    'Be brief. Use tools.'
+    """
+    marks: list[CacheMark] = []
+    for message in messages:
+        content = message.get("content")
+        if type(content) is str or not isinstance(content, list):
+            continue
+        role = message.get("role")
+        texts: list[str] = []
+        for part in content:
+            text = part.get("text") if isinstance(part, Mapping) and part.get("type") == "text" else None
+            if isinstance(text, str):
+                texts.append(text)
+            control = part.get("cache_control") if isinstance(part, Mapping) else None
+            if not isinstance(control, Mapping) or not isinstance(text, str):
+                continue
+            anchor = "".join(texts) if role in _JOINED_ROLES else text
+            if anchor and (role in _JOINED_ROLES or role == "user"):
+                marks.append(CacheMark(role=_JOINED_ROLES.get(str(role), "user"), text=anchor, control=dict(control)))
+    return tuple(marks)
 
 
 class _ToolTurn:

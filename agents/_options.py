@@ -5,11 +5,25 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
 """How much the client wants the model to think (OpenAI's ``reasoning_effort`` values); ``none`` and
 ``minimal`` mean no reasoner call at all."""
+
+
+class CacheMark(BaseModel):
+    """A prompt-cache breakpoint the client put on its prompt (Anthropic's ``cache_control``, also
+    OpenRouter's on OpenAI content parts): the end of ``text`` in the latest message of ``role`` whose
+    text begins with it (in a system message: holds it), or, for ``role`` ``"tools"``, the tool named
+    ``text``. Side data beside the conversation, so that the prompt's bytes never depend on where the
+    client put its marks; each reader says where its joins put the end of the marked block."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant", "tool", "tools"]
+    text: str = Field(min_length=1)
+    control: dict[str, Any] = Field(description="The mark as the client sent it, e.g. {'type': 'ephemeral'}.")
 
 
 class AnswerOptions(BaseModel):
@@ -29,3 +43,5 @@ class AnswerOptions(BaseModel):
     reasoning_budget: Optional[int] = Field(
         None, ge=0, description="The client's thinking budget in tokens (Messages 'thinking.budget_tokens'); "
         "0: thinking disabled.")
+    cache_marks: tuple[CacheMark, ...] = Field(
+        (), description="The client's prompt-cache marks, sent on to an answer model whose upstream takes them.")

@@ -11,7 +11,7 @@ from typing import Any, AsyncGenerator, Iterator, Literal, Mapping, Optional, Se
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import CancellationToken, Component
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, RequestUsage, SystemMessage
+from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, RequestUsage, SystemMessage, UserMessage
 from autogen_core.tools import BaseTool, ToolSchema, Workbench
 from pydantic import Field
 from typing_extensions import Self
@@ -20,7 +20,7 @@ from duet.workbenches import derived_from
 
 from duet.agents._base import DuetAgent, DuetAgentConfig, DuetAgentOptions, agent_arguments, estimate_tokens
 from duet.agents._cancellation import child_token, unlink_child
-from duet.agents._conversation import as_transcript, ends_with_tool_results
+from duet.agents._conversation import as_transcript, ends_with_tool_results, last_user_text
 from duet.agents._errors import UpstreamError, UpstreamStatusError, upstream_error_from_openai
 from duet.agents._events import DuetEvent, ReasoningDelta, ReusedReasoning, Usage
 from duet.agents._grounding import retrieved_context
@@ -28,7 +28,7 @@ from duet.agents._observe import observe_usage
 from duet.agents._options import ReasoningEffort
 from duet.agents.continuations import DEFAULT_REUSE_SECONDS, Continuation, ReasoningLedger, fingerprint
 from duet.agents._messages import read_grounding, read_task, reasoning_reply, restores_reasoning
-from duet.agents.upstream import streaming_create_args
+from duet.agents.upstream import derived_cache_key, streaming_create_args
 from duet.agents._run import DuetRun
 from duet.agents._text_parts import TextParts
 from duet.agents._thinking import ReasoningSplitter, opens_thinking, remember_thinking
@@ -264,7 +264,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 yield event
             return
         try:
-            async for item in self._think(prompt, run, cancellation_token, effort):
+            async for item in self._think(prompt, run, cancellation_token, effort, self._cache_key(run, conversation)):
                 if isinstance(item, Response) and reuse is not None:
                     reuse.keep(getattr(item.chat_message, "content", ""), grounding)
                 yield item
@@ -275,10 +275,11 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 yield event
 
     async def _think(
-        self, prompt: list[LLMMessage], run: DuetRun | None, cancellation_token: CancellationToken, effort: Effort
+        self, prompt: list[LLMMessage], run: DuetRun | None, cancellation_token: CancellationToken, effort: Effort,
+        cache_key: str | None = None,
     ) -> AsyncGenerator[DuetEvent | Response, None]:
-        """The model call: its reasoning streamed, cut at ``effort.max_chars`` or the time limit; then the
-        usage and the reply."""
+        """The model call (with ``cache_key`` as its ``prompt_cache_key``, when given): its reasoning
+        streamed, cut at ``effort.max_chars`` or the time limit; then the usage and the reply."""
         call_token, timer = self._call_token(cancellation_token)
         max_chars = effort.max_chars
         splitter = ReasoningSplitter(opened=opens_thinking(self._model_client))
@@ -287,8 +288,9 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
+        create_args = {**effort.create_args, "prompt_cache_key": cache_key} if cache_key else effort.create_args
         stream = self._model_stream("reasoner", run, prompt, cancellation_token=call_token,
-                                    extra_create_args=streaming_create_args(self._model_client, effort.create_args))
+                                    extra_create_args=streaming_create_args(self._model_client, create_args))
         try:
             async for piece in stream:
                 if isinstance(piece, CreateResult):
@@ -341,6 +343,17 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             return Effort(create_args={self._effort_parameter: level}, max_chars=limit, asked=(level,))
         share = int((limit or DEFAULT_MAX_REASONING_CHARS) * EFFORT_SHARE[level])
         return Effort(max_chars=share, asked=(level,))
+
+    def _cache_key(self, run: DuetRun | None, conversation: Sequence[LLMMessage]) -> str | None:
+        """The ``prompt_cache_key`` of this call, for an upstream that takes one (``cache_key``), derived
+        from the client's own key (its answer model's) or from the conversation; ``None`` otherwise."""
+        if run is None or not getattr(self._model_client, "takes_cache_key", False):
+            return None
+        client_key = run.options.create_args.get("prompt_cache_key")
+        first_user = next((message for message in conversation if isinstance(message, UserMessage)), None)
+        first_text = last_user_text([first_user]) if first_user is not None else ""
+        return derived_cache_key(run.request.owner, run.request.pipeline, "reasoner",
+                                 client_key if isinstance(client_key, str) else None, first_text)
 
     def _reuse(self, run: DuetRun | None, prompt: list[LLMMessage], effort: Effort) -> "_Reuse | None":
         """Where this request's reasoning is kept for its retries (``None``: no reuse)."""
@@ -478,7 +491,7 @@ class _Reuse:
     owner: str
     pipeline: str
     digest: str
-    prefix_digest: str | None  # the conversation's, when the reasoning is about its latest user turn
+    prefix_digest: str | None  # the conversation's, when the reasoning is about its last message (a user turn, tool results)
 
     async def find(self) -> Continuation | None:
         return await self.ledger.find(self.owner, self.pipeline, self.digest)

@@ -16,7 +16,7 @@ from typing import AbstractSet, Any, Literal, Mapping
 
 from pydantic import BaseModel
 
-from duet.agents import AnswerOptions, ReasoningEffort
+from duet.agents import AnswerOptions, CacheMark, ReasoningEffort
 from duet.workbenches import ProxyTool, model_safe_name
 
 from duet.api._errors import APIError
@@ -53,6 +53,8 @@ class AskedOptions:
     """How much the client wants the model to think (none/minimal: no reasoner call)."""
     reasoning_budget: int | None = None
     """The client's thinking budget in tokens (0: thinking disabled)."""
+    cache_marks: tuple[CacheMark, ...] = ()
+    """The client's prompt-cache marks (Anthropic's ``cache_control``), for an upstream that takes them."""
 
 
 def sampling_args(request: BaseModel, fields: Mapping[str, str]) -> dict[str, Any]:
@@ -67,6 +69,26 @@ def sampling_args(request: BaseModel, fields: Mapping[str, str]) -> dict[str, An
             if value is not None and value != []:
                 args[target] = value.model_dump(by_alias=True, exclude_unset=True) if isinstance(value, BaseModel) else value
     return args
+
+
+def tool_cache_marks(tools: Any) -> tuple[CacheMark, ...]:
+    """The ``cache_control`` marks on a request's tool definitions as sent (Chat Completions' ``function``
+    entries, the Responses API's flat ones), by the name the model sees (OpenRouter keeps such a mark on
+    the tool for Anthropic's models).
+
+    >>> tool_cache_marks([{"type": "function", "function": {"name": "f"}, "cache_control": {"type": "ephemeral"}}])[0].text
+    'f'
+    """
+    marks: list[CacheMark] = []
+    for tool in tools if isinstance(tools, list) else ():
+        control = tool.get("cache_control") if isinstance(tool, dict) else None
+        if not isinstance(control, dict):
+            continue
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        if isinstance(name, str) and name:
+            marks.append(CacheMark(role="tools", text=model_safe_name(name), control=control))
+    return tuple(marks)
 
 
 def answer_options(asked: AskedOptions, tools: list[ProxyTool],
@@ -90,5 +112,6 @@ def answer_options(asked: AskedOptions, tools: list[ProxyTool],
         raise APIError(400, f"{choice.param} is '{choice.spelled}', but the request has no tools", param=choice.param,
                        code=asked.error_code)
     options = AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=asked.single_tool_call,
-                            reasoning_effort=asked.reasoning_effort, reasoning_budget=asked.reasoning_budget)
+                            reasoning_effort=asked.reasoning_effort, reasoning_budget=asked.reasoning_budget,
+                            cache_marks=asked.cache_marks)
     return options, tools

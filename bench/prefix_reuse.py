@@ -1,6 +1,7 @@
 """Prefix reuse of the answer model's prompt (issue 26): the share of each request's bytes (its
 messages, as the upstream receives them) that the next turn's request starts with, over a 10-turn
-conversation with client tool rounds on all three protocols; and, for a Claude-Code-sized conversation
+conversation with client tool rounds on all three protocols, once with the default reasoner and once
+with one that thinks again on every round of tool results (``reason_on_tool_results: true``); and, for a Claude-Code-sized conversation
 (200 messages, 40 tools, on ``/v1/messages``), the prompt tokens each new turn must prefill (what is
 not a byte prefix of the previous request, at 4 characters a token).
 
@@ -15,7 +16,6 @@ prefix: what is not one is prefilled again, every turn. Run it with this checkou
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import statistics
 import sys
@@ -30,6 +30,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # after this scrip
 from harness import DUET, stop
 from reasoning_once import ANSWER, REASONER, serve
 from record import begin, save
+from tests.prefix_shares import common_prefix, messages_bytes, shares
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 
 TURNS = 10
@@ -37,35 +38,18 @@ WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-def messages_bytes(body: dict[str, Any]) -> bytes:
-    return json.dumps(body["messages"], ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    size = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        size += 1
-    return size
-
-
-def shares(requests: list[bytes]) -> list[float]:
-    """Of each request, the share the next one starts with (a list's closing bracket aside)."""
-    return [round(min(1.0, (common_prefix(a, b) + 1) / len(a)), 4) for a, b in itertools.pairwise(requests)]
-
-
 class Chat:
     path = "/v1/chat/completions"
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "once") -> None:
+        self.model = model
         self.history: list[dict[str, Any]] = [{"role": "system", "content": "You are a weather bot."}]
 
     def user(self, text: str) -> None:
         self.history.append({"role": "user", "content": text})
 
     def body(self) -> dict[str, Any]:
-        return {"model": "once", "messages": self.history, "tools": [{"type": "function", "function": WEATHER}]}
+        return {"model": self.model, "messages": self.history, "tools": [{"type": "function", "function": WEATHER}]}
 
     def took(self, reply: dict[str, Any]) -> str | None:
         message = reply["choices"][0]["message"]
@@ -82,11 +66,12 @@ class Chat:
 class Messages(Chat):
     path = "/v1/messages"
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "once") -> None:
+        self.model = model
         self.history = []
 
     def body(self) -> dict[str, Any]:
-        return {"model": "once", "max_tokens": 500, "system": "You are a weather bot.", "messages": self.history,
+        return {"model": self.model, "max_tokens": 500, "system": "You are a weather bot.", "messages": self.history,
                 "tools": [{"name": WEATHER["name"], "description": WEATHER["description"], "input_schema": WEATHER["parameters"]}]}
 
     def took(self, reply: dict[str, Any]) -> str | None:
@@ -101,14 +86,15 @@ class Messages(Chat):
 class Responses(Chat):
     path = "/v1/responses"
 
-    def __init__(self) -> None:
+    def __init__(self, model: str = "once") -> None:
+        self.model = model
         self.history = []
 
     def user(self, text: str) -> None:
         self.history.append({"role": "user", "content": text})
 
     def body(self) -> dict[str, Any]:
-        return {"model": "once", "instructions": "You are a weather bot.", "input": self.history, "store": False,
+        return {"model": self.model, "instructions": "You are a weather bot.", "input": self.history, "store": False,
                 "tools": [{"type": "function", **WEATHER}]}
 
     def took(self, reply: dict[str, Any]) -> str | None:
@@ -126,24 +112,28 @@ class Responses(Chat):
 
 
 def conversation(http: httpx.Client, upstream: ScriptedUpstream, protocol: Chat) -> dict[str, Any]:
-    """Ten user turns, every third with a client tool round; the answer model's and the reasoner's requests' prefix shares."""
+    """Ten user turns, every third with client tool rounds (one; two when the reasoner thinks again on
+    each round's results, pipeline ``rethink``); the answer model's and the reasoner's requests' prefix shares."""
     upstream.reset()
+    rethinking = protocol.model == "rethink"
     for turn in range(TURNS):
         # Each protocol its own questions: the same conversation again would reuse its reasoning (reasoner.reuse_seconds).
-        protocol.user(f"Turn {turn} ({protocol.path}): what about the weather in city number {turn}?")
-        tool_round = turn % 3 == 0
+        protocol.user(f"Turn {turn} ({protocol.path}, {protocol.model}): what about the weather in city number {turn}?")
+        rounds = (2 if rethinking else 1) if turn % 3 == 0 else 0
         upstream.script(REASONER, Reply(reasoning=[f"Plan for turn {turn}: ", "check the forecast, answer briefly. " * 8]))
-        upstream.script(ANSWER, Reply(tool_calls=[ScriptedCall("get_weather", json.dumps({"city": f"city {turn}"}))]) if tool_round
-                        else Reply(content=[f"Sunny in city {turn}."]))
-        call_id = protocol.took(http.post(protocol.path, json=protocol.body()).raise_for_status().json())
-        if tool_round and call_id is not None:
-            protocol.result(call_id, f"{15 + turn}°C, sunny")
-            upstream.script(ANSWER, Reply(content=[f"It is {15 + turn}°C."]))
-            protocol.took(http.post(protocol.path, json=protocol.body()).raise_for_status().json())
+        for tool_round in range(rounds + 1):
+            if tool_round and rethinking:
+                upstream.script(REASONER, Reply(reasoning=[f"Round {tool_round} of turn {turn}: ", "the result is in, go on. " * 8]))
+            upstream.script(ANSWER, Reply(tool_calls=[ScriptedCall("get_weather", json.dumps({"city": f"city {turn}.{tool_round}"}))])
+                            if tool_round < rounds else Reply(content=[f"It is {15 + turn}°C in city {turn}."]))
+            call_id = protocol.took(http.post(protocol.path, json=protocol.body()).raise_for_status().json())
+            if tool_round < rounds and call_id is not None:
+                protocol.result(call_id, f"{15 + turn}°C, sunny")
     answer = shares([messages_bytes(r.body) for r in upstream.requests_for(ANSWER)])
     reasoner = shares([messages_bytes(r.body) for r in upstream.requests_for(REASONER)])
-    return {"answer_requests": len(answer) + 1, "answer_min": min(answer), "answer_mean": round(statistics.mean(answer), 4),
-            "reasoner_min": min(reasoner), "reasoner_mean": round(statistics.mean(reasoner), 4), "answer_shares": answer}
+    return {"answer_requests": len(answer) + 1, "reasoner_requests": len(reasoner) + 1, "answer_min": min(answer),
+            "answer_mean": round(statistics.mean(answer), 4), "reasoner_min": min(reasoner),
+            "reasoner_mean": round(statistics.mean(reasoner), 4), "answer_shares": answer}
 
 
 def claude_code_sized(http: httpx.Client, upstream: ScriptedUpstream) -> dict[str, Any]:
@@ -175,13 +165,14 @@ def claude_code_sized(http: httpx.Client, upstream: ScriptedUpstream) -> dict[st
 def measure(duet: str) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     with ScriptedUpstream() as upstream, tempfile.TemporaryDirectory() as directory:
-        process, base = serve(duet, upstream, Path(directory))
+        process, base = serve(duet, upstream, Path(directory), rethink=True)
         try:
             with httpx.Client(base_url=base, timeout=60, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"}) as http:
-                makers: dict[str, Callable[[], Chat]] = {"chat": Chat, "responses": Responses, "messages": Messages}
-                for name, make in makers.items():
-                    figures[name] = conversation(http, upstream, make())
-                    print(name, {k: v for k, v in figures[name].items() if k != "answer_shares"}, flush=True)
+                makers: dict[str, Callable[[str], Chat]] = {"chat": Chat, "responses": Responses, "messages": Messages}
+                for model, suffix in (("once", ""), ("rethink", " rethinking")):
+                    for name, make in makers.items():
+                        figures[name + suffix] = conversation(http, upstream, make(model))
+                        print(name + suffix, {k: v for k, v in figures[name + suffix].items() if k != "answer_shares"}, flush=True)
                 figures["claude_code_sized"] = claude_code_sized(http, upstream)
                 print("claude-code-sized", figures["claude_code_sized"], flush=True)
         finally:

@@ -98,14 +98,18 @@ CLIENTS: dict[str, Callable[[str, str], None]] = {
 }
 
 
-def serve(duet: str, upstream: ScriptedUpstream, directory: Path) -> tuple[Any, str]:
-    """``duet serve`` (the given console script) with one pipeline on the scripted upstream, defaults otherwise."""
+def serve(duet: str, upstream: ScriptedUpstream, directory: Path, *, rethink: bool = False) -> tuple[Any, str]:
+    """``duet serve`` (the given console script) with one pipeline on the scripted upstream, defaults
+    otherwise; with ``rethink``, a second one, ``rethink``, whose reasoner thinks again on tool results."""
+    reasoner = {"base_url": upstream.base_url, "model": REASONER}
+    answer = {"base_url": upstream.base_url, "model": ANSWER}
+    pipelines: list[dict[str, Any]] = [{"name": PIPELINE, "reasoner": reasoner, "answer": answer}]
+    if rethink:
+        pipelines.append({"name": "rethink", "reasoner": {**reasoner, "reason_on_tool_results": True}, "answer": answer})
     config = directory / "duet.yaml"
     # Model names clients insist on: Claude Code's own, and one LlamaIndex's OpenAI class knows.
     aliases = {"claude-*": PIPELINE, llama_index_client.MODEL: PIPELINE}
-    config.write_text(yaml.safe_dump({"model_aliases": aliases, "pipelines": [{
-        "name": PIPELINE, "reasoner": {"base_url": upstream.base_url, "model": REASONER},
-        "answer": {"base_url": upstream.base_url, "model": ANSWER}}]}))
+    config.write_text(yaml.safe_dump({"model_aliases": aliases, "pipelines": pipelines}))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUET_")}
     env.update({"DUET_PORT": str(port), "DUET_LOG_LEVEL": "warning", "DUET_STATE_URL": f"sqlite:///{directory / 'state.db'}"})

@@ -130,6 +130,8 @@ def pipelines_config(upstream_url: str) -> dict[str, Any]:
             {"name": "answer-only", "answer": answer},
             {"name": "duet-rethink", "reasoner": {**reasoner, "reason_on_tool_results": True}, "answer": answer},
             {"name": "duet-never-rethink", "reasoner": {**reasoner, "reason_on_tool_results": False}, "answer": answer},
+            # Prompt-cache hints as to OpenRouter (marks) and OpenAI (the reasoner's prompt_cache_key).
+            {"name": "duet-cache-hints", "reasoner": {**reasoner, "cache_key": "on"}, "answer": {**answer, "cache_marks": "on"}},
             {"name": "duet-vision", "reasoner": reasoner, "answer": {**answer, "model": "qwen-vl", "model_info": {"vision": True}}},
             {"name": "duet-stock-client", "reasoner": {**reasoner, "client": "openai"}, "answer": {**answer, "client": "openai"}},
             {"name": "duet-impatient", "reasoner": reasoner, "answer": {**answer, "model": "qwen-slow", "read_timeout": 1.0}},

@@ -36,9 +36,9 @@ MAX_PENDING_PUTS = 256
 """Store writes in flight at most; more are dropped (the reuse is an optimisation, never a queue)."""
 
 
-def prefix_digests(conversation: Sequence[LLMMessage], user_type: type) -> dict[int, str]:
-    """The digest of each prefix of ``conversation`` that ends with a message of ``user_type``, by that
-    message's index: one pass (each digest continues the last).
+def prefix_digests(conversation: Sequence[LLMMessage], user_type: type | tuple[type, ...]) -> dict[int, str]:
+    """The digest of each prefix of ``conversation`` that ends with a message of ``user_type`` (a type or
+    a tuple of types), by that message's index: one pass (each digest continues the last).
 
     >>> from autogen_core.models import AssistantMessage, UserMessage
     >>> turns = [UserMessage(content="Hi", source="user"), AssistantMessage(content="Hello", source="a"),

@@ -267,13 +267,15 @@ class Duet:
             try:
                 _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
                 owner = run.request.owner
+                sent = conversation
                 conversation, earlier_reasoning, grounding = await self._restore(conversation, owner, run)
-                self._recall_notes(conversation, run, earlier_reasoning, grounding)
+                self._recall_notes(sent, conversation, run, earlier_reasoning, grounding)
                 task = task_messages(conversation, earlier_reasoning, grounding)
                 _stop_if_cancelled(token)
                 slot = self._pool.acquire()
                 await self._start_team(slot, task, run, token)
-                finish_reason, hidden_part_lost = await self._follow(slot, task, token, run, earlier_reasoning or "", grounding)
+                finish_reason, hidden_part_lost = await self._follow(
+                    slot, task, token, run, earlier_reasoning or "", grounding, rethinking=ends_with_tool_results(conversation))
                 run.emit(Finished(finish_reason=finish_reason, hidden_part_lost=hidden_part_lost))
                 clean = True
             except asyncio.CancelledError as exc:
@@ -303,11 +305,12 @@ class Duet:
             slot.runtime.start()
 
     async def _follow(self, slot: TeamSlot, task: list[BaseChatMessage], token: CancellationToken, run: DuetRun,
-                      earlier_reasoning: str, grounding: str) -> tuple[FinishReason, bool]:
+                      earlier_reasoning: str, grounding: str, *, rethinking: bool) -> tuple[FinishReason, bool]:
         """Reads the team's replies until it stops: why the run finished, and whether the hidden part of
         a round that ends with client tool calls was lost (the store was down). That hidden part is kept
-        with the reasoning it was answered with (this round's, else the restored one) and its retrieved
-        context (this round's results, else the restored ones)."""
+        with the reasoning of the user turn it belongs to (this run's, else the restored one: a reasoner
+        that thinks again on tool results, ``rethinking``, keeps that reasoning as the note after the
+        results instead) and its retrieved context (this round's results, else the restored ones)."""
         finish_reason: FinishReason = "stop"
         hidden_part_lost = False
         reasoning: list[str] = []
@@ -320,31 +323,36 @@ class Duet:
                 grounding = reply.text or grounding
             elif isinstance(reply, ClientHandoff):
                 finish_reason = "tool_calls"
-                hidden_part_lost = not await self._keep(reply.turn, run, "\n\n".join(reasoning) or earlier_reasoning, grounding)
+                turn_reasoning = earlier_reasoning if rethinking else "\n\n".join(reasoning) or earlier_reasoning
+                hidden_part_lost = not await self._keep(reply.turn, run, turn_reasoning, grounding)
             elif isinstance(reply, AnswerReply):
                 finish_reason = reply.finish_reason
             # A FailureReply: the agent already sent Failed; the team ended cleanly and can be reused.
         return finish_reason, hidden_part_lost
 
-    def _recall_notes(self, conversation: list[LLMMessage], run: DuetRun, earlier_reasoning: str | None, grounding: str) -> None:
-        """The notes of the conversation's earlier user turns (their reasoning, put back in the answer
-        model's prompt where it was), fetched in one store call while the reasoner thinks; and the key the
-        reasoning of this turn is kept under, when the conversation ends with the user turn it is about."""
-        digests = prefix_digests(conversation, UserMessage)
+    def _recall_notes(self, sent: list[LLMMessage], conversation: list[LLMMessage], run: DuetRun,
+                      earlier_reasoning: str | None, grounding: str) -> None:
+        """The notes of the conversation's earlier turns (their reasoning, put back in the answer model's
+        prompt where it was: after a user message, or after tool results a reasoner thought again on),
+        fetched in one store call while the reasoner thinks; and the key the reasoning of this run is kept
+        under. The keys are digests of the conversation as the client ``sent`` it (the same on every later
+        turn, whatever hidden part of a round is put back); the notes are by index in ``conversation``."""
+        digests = prefix_digests(sent, (UserMessage, FunctionExecutionResultMessage))
         if not digests:
             return
-        last = max(digests)
-        ends_with_user = last == len(conversation) - 1
-        run.note_digest = digests[last] if ends_with_user else None
-        if not ends_with_user and earlier_reasoning is not None:  # a tool round's follow-up: its turn's reasoning was restored
-            run.notes[last] = (earlier_reasoning, grounding)
-        wanted = {index: digest for index, digest in digests.items() if index != last or not ends_with_user}
+        last = len(sent) - 1
+        run.note_digest = digests.get(last)
+        last_user = max((i for i in digests if isinstance(sent[i], UserMessage)), default=None)
+        if last_user is not None and last_user != last and earlier_reasoning is not None:
+            run.notes[last_user] = (earlier_reasoning, grounding)  # a tool round's follow-up: its turn's reasoning was restored
+        wanted = {index: digest for index, digest in digests.items() if index != last}
         if wanted:
-            run.recalling = asyncio.ensure_future(self._fetch_notes(run, wanted))
+            run.recalling = asyncio.ensure_future(self._fetch_notes(run, wanted, _restored_positions(sent, conversation, wanted)))
 
-    async def _fetch_notes(self, run: DuetRun, wanted: dict[int, str]) -> None:
+    async def _fetch_notes(self, run: DuetRun, wanted: dict[int, str], positions: Mapping[int, int]) -> None:
         found = await self.ledger.notes(run.request.owner, self.name, wanted)
-        run.notes = {**found, **run.notes}  # a restored round's reasoning wins over its note
+        placed = {positions[index]: note for index, note in found.items() if index in positions}
+        run.notes = {**placed, **run.notes}  # a restored round's reasoning wins over its note
 
     def _key(self, call_id: str, owner: str) -> str:
         return owned(owner, f"{self.name}:{call_id}")  # a pipeline only ever continues its owner's own rounds
@@ -428,3 +436,19 @@ class Duet:
             with contextlib.suppress(BaseException):
                 await slot.runtime.stop()
         await slot.close()
+
+
+def _restored_positions(sent: Sequence[LLMMessage], conversation: Sequence[LLMMessage], anchors: Mapping[int, object]) -> dict[int, int]:
+    """Where each anchor of ``sent`` (a user message, or tool results) is in ``conversation``, the same
+    messages with the hidden part of the rounds since the last user message put back: a user message
+    keeps its index (nothing before it is spliced), tool results are found by a call id of theirs."""
+    results_at = {result.call_id: index for index, message in enumerate(conversation)
+                  if isinstance(message, FunctionExecutionResultMessage) for result in message.content}
+    positions: dict[int, int] = {}
+    for index in anchors:
+        message = sent[index]
+        if not isinstance(message, FunctionExecutionResultMessage):
+            positions[index] = index
+        elif message.content and message.content[0].call_id in results_at:
+            positions[index] = results_at[message.content[0].call_id]
+    return positions

@@ -10,16 +10,21 @@ Public API:
   ``model_info``;
 - :func:`streaming_create_args` — what a streamed call to any AutoGen client needs besides its
   options (the usage chunk); :func:`add_usage` — two usages summed;
+- :data:`CACHE_MARKS_ARG` — the call argument that hands the client a request's cache marks (sent
+  where its upstream documents them: :mod:`~duet.agents.upstream._cache_hints`);
+  :func:`derived_cache_key` — a ``prompt_cache_key`` for a stage's calls (the reasoner's);
 - :class:`ReasoningSplitter` — a stream's pieces as (reasoning, content) pairs (``<think>`` tags
   or :class:`ReasoningText`); :func:`strip_think_blocks`, :func:`think_text` — ``<think>`` blocks
   in text a client sends back.
 
 Inside (private modules, as autogen-ext splits its own clients): ``_options`` (config, defaults),
 ``_transform`` (AutoGen messages and tools → the request body), ``_sse`` (server-sent events),
-``_accumulator`` (a stream's chunks → pieces and the result; pure), ``_result``, ``_transport``
+``_accumulator`` (a stream's chunks → pieces and the result; pure), ``_cache_hints`` (which
+upstreams take prompt-cache hints, and the marks on the wire), ``_result``, ``_transport``
 (connection pools, aiohttp tricks), ``_errors`` (what an upstream's failures stand for), ``_client``.
 """
 
+from duet.agents.upstream._cache_hints import CACHE_MARKS_ARG, derived_cache_key
 from duet.agents.upstream._client import OpenAICompatibleClient
 from duet.agents.upstream._options import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClientConfig
 from duet.agents.upstream._result import UpstreamResult, add_usage
@@ -28,6 +33,7 @@ from duet.agents._thinking import ReasoningSplitter, ReasoningText, strip_think_
 
 __all__ = [
     "ANSWER_MODEL_INFO",
+    "CACHE_MARKS_ARG",
     "ModelClientOptions",
     "OpenAICompatibleClient",
     "OpenAICompatibleClientConfig",
@@ -35,6 +41,7 @@ __all__ = [
     "ReasoningText",
     "UpstreamResult",
     "add_usage",
+    "derived_cache_key",
     "streaming_create_args",
     "strip_think_blocks",
     "think_text",

@@ -55,8 +55,10 @@ from duet.agents._errors import (
     register_secrets,
 )
 from duet.agents._model_reasoning import ReasoningField
+from duet.agents._options import CacheMark
 from duet.agents._observe import request_sent_hook, upstream_headers
 from duet.agents.upstream._accumulator import StreamAccumulator
+from duet.agents.upstream._cache_hints import CACHE_KEY_HOSTS, CACHE_MARK_HOSTS, CACHE_MARKS_ARG, takes_hint
 from duet.agents.upstream._errors import (
     describe,
     unlisted_model,
@@ -74,6 +76,7 @@ from duet.agents.upstream._options import (
     DEFAULT_MAX_RETRY_WAIT,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_RETRY_BACKOFF,
+    CacheHint,
     OpenAICompatibleClientConfig,
 )
 from duet.agents.upstream._result import UpstreamResult, add_usage
@@ -147,6 +150,8 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         max_retries: int = DEFAULT_MAX_RETRIES,
         retry_backoff: float = DEFAULT_RETRY_BACKOFF,
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT,
+        cache_marks: CacheHint = "auto",
+        cache_key: CacheHint = "auto",
     ) -> None:
         self._config = OpenAICompatibleClientConfig(
             model=model,
@@ -161,6 +166,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             max_retries=max_retries,
             retry_backoff=retry_backoff,
             max_retry_wait=max_retry_wait,
+            cache_marks=cache_marks, cache_key=cache_key,
         )
         validate_model_info(self._config.model_info)
         key = api_key if api_key is not None else (os.environ.get(api_key_env) if api_key_env else None)
@@ -187,6 +193,16 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         chat template served without a reasoning parser), as its last answers showed; ``None``: not seen
         yet (:func:`~duet.agents._thinking.opens_thinking` guesses from the name)."""
         self.issues_short_ids = False  # its upstream issued Mistral's call ids (duet.agents._upstream_calls)
+
+    @functools.cached_property
+    def sends_cache_marks(self) -> bool:
+        """The client's cache marks (``extra_create_args[CACHE_MARKS_ARG]``) go on to this upstream."""
+        return takes_hint(self._config.cache_marks, self._config.base_url, CACHE_MARK_HOSTS)
+
+    @functools.cached_property
+    def takes_cache_key(self) -> bool:
+        """A ``prompt_cache_key`` Duet derives (the reasoner's) may be sent to this upstream."""
+        return takes_hint(self._config.cache_key, self._config.base_url, CACHE_KEY_HOSTS)
 
     @property
     def reasoning_field(self) -> ReasoningField | None:
@@ -233,7 +249,13 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         json_output: Optional[bool | type[BaseModel]],
         extra_create_args: Mapping[str, Any],
     ) -> bytes:
-        return request_body(self._config.model, self._default_args, messages, tools, tool_choice, json_output, extra_create_args)
+        marks: Sequence[CacheMark] = ()
+        if CACHE_MARKS_ARG in extra_create_args:  # Duet's own argument, never a field of the request
+            extra_create_args = dict(extra_create_args)
+            given = extra_create_args.pop(CACHE_MARKS_ARG)
+            marks = given if self.sends_cache_marks else ()  # an upstream that does not document them would refuse them
+        return request_body(self._config.model, self._default_args, messages, tools, tool_choice, json_output, extra_create_args,
+                            marks)
 
     async def _open(self, body: bytes, cancellation_token: CancellationToken | None) -> aiohttp.ClientResponse:
         """Sends the request; returns a 200 response (its body unread), or raises. A failure before

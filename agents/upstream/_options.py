@@ -4,7 +4,7 @@ the client's keyword arguments and the YAML model settings all refer to them).""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from autogen_core.models import ModelInfo
 from pydantic import BaseModel, Field
@@ -27,6 +27,10 @@ DEFAULT_MAX_RETRY_WAIT = 2.0
 """A longer Retry-After is passed on to the client at once (with its header): waiting it out would
 hold the response past what keeps its status honest, and the client's own retry reuses the reasoning."""
 DEFAULT_MAX_CONNECTIONS = 0
+
+CacheHint = Literal["auto", "on", "off"]
+"""Whether a prompt-cache hint goes to the upstream: ``auto`` where its host documents it (see
+:mod:`duet.agents.upstream._cache_hints`), ``on``, ``off``."""
 
 
 class ModelClientOptions(BaseModel):
@@ -56,6 +60,14 @@ class ModelClientOptions(BaseModel):
         DEFAULT_MAX_RETRY_WAIT,
         ge=0,
         description="Longest Retry-After (seconds) waited out; a longer one is passed on to the client at once.",
+    )
+    cache_marks: CacheHint = Field(
+        "auto", description="Send the client's cache_control marks on content parts and tools: 'auto' where the "
+        "upstream documents them (OpenRouter, Alibaba Model Studio), 'on', 'off'.",
+    )
+    cache_key: CacheHint = Field(
+        "auto", description="Send a prompt_cache_key Duet derives for this model's calls (the reasoner's): 'auto' where "
+        "the upstream documents it (OpenAI), 'on', 'off'.",
     )
 
 

@@ -20,7 +20,9 @@ from pydantic import BaseModel
 
 from duet import _wire_json as wire_json
 from duet.agents._model_reasoning import DEFAULT_REASONING_FIELD, ReasonedAssistantMessage
+from duet.agents._options import CacheMark
 from duet.agents._upstream_calls import UpstreamCall
+from duet.agents.upstream._cache_hints import mark_messages, marked_tools
 from duet.workbenches import derived_from
 
 
@@ -110,16 +112,28 @@ def _encode_tool(schema: Mapping[str, Any]) -> str:
     return json.dumps(tool_to_openai(schema), ensure_ascii=False)  # type: ignore[arg-type]
 
 
-def tools_json(tools: Sequence[Tool | ToolSchema]) -> str:
+def tools_json(tools: Sequence[Tool | ToolSchema], marked: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """The OpenAI ``tools`` list as JSON. Each client tool's entry is encoded once, however many
-    requests, stages and rounds send it (:func:`~duet.workbenches.derived_from`).
+    requests, stages and rounds send it (:func:`~duet.workbenches.derived_from`); a tool ``marked``
+    (by name: a client's cache mark) carries its ``cache_control``.
 
     >>> tools_json([{"name": "weather"}])
     '[{"type": "function", "function": {"name": "weather"}}]'
+    >>> tools_json([{"name": "weather"}], {"weather": {"type": "ephemeral"}})
+    '[{"type": "function", "function": {"name": "weather"}, "cache_control": {"type": "ephemeral"}}]'
     """
+    if marked:
+        return "[" + ", ".join(_encode_marked(_schema_of(tool), marked) for tool in tools) + "]"
     return "[" + ", ".join(
         derived_from(_schema_of(tool), "openai_json", _encode_tool) for tool in tools
     ) + "]"
+
+
+def _encode_marked(schema: Mapping[str, Any], marked: Mapping[str, Mapping[str, Any]]) -> str:
+    control = marked.get(schema["name"])
+    if control is None:
+        return derived_from(schema, "openai_json", _encode_tool)
+    return json.dumps({**tool_to_openai(schema), "cache_control": control}, ensure_ascii=False)  # type: ignore[arg-type]
 
 
 def _tool_choice_to_openai(tool_choice: Tool | str) -> Any:
@@ -158,15 +172,19 @@ def request_body(
     tool_choice: Tool | str,
     json_output: Optional[bool | type[BaseModel]],
     extra_create_args: Mapping[str, Any],
+    marks: Sequence[CacheMark] = (),
 ) -> bytes:
     """The JSON body of a streamed ``/chat/completions`` request: ``default_args`` (see
     :func:`flat_create_args`), then the call's ``extra_create_args`` (its ``extra_body`` merged in),
-    always asking for the usage chunk; the tools, each encoded once, as its last field.
+    always asking for the usage chunk; the tools, each encoded once, as its last field; the client's
+    cache ``marks`` on its messages and tools (:mod:`~duet.agents.upstream._cache_hints`).
 
     >>> request_body("m", {"temperature": 0}, [UserMessage(content="Hi", source="user")], [], "auto", None, {})
     b'{"model":"m","messages":[{"role":"user","content":"Hi"}],"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'
     """
     body: dict[str, Any] = {"model": model, "messages": messages_to_openai(messages)}
+    if marks:
+        mark_messages(body["messages"], marks)
     body.update(default_args)
     if extra_create_args:
         extra_body = extra_create_args.get("extra_body")
@@ -184,7 +202,7 @@ def request_body(
     body["stream_options"] = {"include_usage": True}
     encoded = wire_json.dumps(body)
     if tools:  # the tools, each encoded once, as the body's last field
-        encoded = b"%s,\"tools\":%s}" % (encoded[:-1], tools_json(tools).encode())
+        encoded = b"%s,\"tools\":%s}" % (encoded[:-1], tools_json(tools, marked_tools(marks) if marks else None).encode())
     return encoded
 
 

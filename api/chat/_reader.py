@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from duet.agents import Duet, DuetRequest, conversation_from_openai
+from duet.agents import Duet, DuetRequest, cache_marks_from_openai, conversation_from_openai
 from duet.workbenches import ProxyTool, proxy_tools_from_openai
 
 from duet.api._errors import APIError
-from duet.api._options import AskedOptions, ToolChoice, answer_options, sampling_args
+from duet.api._options import AskedOptions, ToolChoice, answer_options, sampling_args, tool_cache_marks
 from duet.api._serving import WireRequest, new_response_id
 from duet.api.chat._protocol import ANSWER_MODEL_FIELDS, ChatCompletionRequest, NamedFunction, NamedToolChoice
 
@@ -60,7 +60,9 @@ def chat_request(request: ChatCompletionRequest, body: dict[str, Any], duet: Due
     request is not kept for as long as its stream lasts."""
     conversation = conversation_from_openai(request.messages)
     tools = client_tools_of(request, body)
-    options, tools = answer_options(asked_options(request), tools, duet.service_tool_names)
+    asked = asked_options(request)
+    asked.cache_marks = cache_marks_from_openai(request.messages) + tool_cache_marks(body.get("tools"))
+    options, tools = answer_options(asked, tools, duet.service_tool_names)
     run_request = DuetRequest(conversation, tools, options, request.user, owner, new_response_id(id_prefix))
     return WireRequest(run_request, request.model, request.stream, legacy=request.legacy_functions,
                        state={"include_usage": request.include_usage})

@@ -1,8 +1,8 @@
 """The Anthropic Messages wire format, defined once, here: what Duet reads and what it writes.
 
 Requests: only what Duet acts on is modelled; unknown fields (``context_management``,
-``output_config``, ``cache_control`` marks, ``defer_loading``, …) are ignored, as Claude Code's
-defaults need. Messages stay plain dicts: :mod:`duet.api.messages._reader` validates and converts them
+``output_config``, ``defer_loading``, …) are ignored, as Claude Code's defaults need; ``cache_control``
+marks are read beside the conversation (:mod:`duet.api.messages._cache_marks`). Messages stay plain dicts: :mod:`duet.api.messages._reader` validates and converts them
 in one pass, with error paths like ``messages.2.content.0.type``.
 
 Responses: every shape Duet writes (the ``message``, its content blocks, the error body, the
@@ -35,6 +35,7 @@ class ToolDefinition(LenientModel):
     type: Optional[str] = None
     description: Optional[str] = None
     input_schema: Optional[dict[str, Any]] = None
+    cache_control: Optional[dict[str, Any]] = None  # a prompt-cache mark: api/messages/_cache_marks.py
 
     @field_validator("input_schema")
     @classmethod

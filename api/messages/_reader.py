@@ -7,7 +7,8 @@ block is a 400 naming it, ``messages.2.content.0.source``), and handed to
 :func:`duet.agents.conversation_from_openai`, which strips ``<think>`` blocks, pairs tool calls with
 their results and repairs what a model would reject. What the answer model never sees:
 ``thinking`` / ``redacted_thinking`` blocks (like ``<think>`` in chat history), ``cache_control``
-marks, and Anthropic's own tools (``web_search_…``, ``bash_…``, …: no ``input_schema`` to hand a
+marks (read beside the conversation, :mod:`duet.api.messages._cache_marks`, for an upstream that takes
+them), and Anthropic's own tools (``web_search_…``, ``bash_…``, …: no ``input_schema`` to hand a
 model), which are dropped.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from autogen_core.models import FunctionExecutionResultMessage, LLMMessage
 
-from duet.agents import ConversationError, Duet, DuetRequest, conversation_from_openai
+from duet.agents import CacheMark, ConversationError, Duet, DuetRequest, conversation_from_openai
 from duet.workbenches import ProxyTool, proxy_tools_from_openai
 
 from duet.api._options import AskedOptions, ToolChoice, answer_options, sampling_args
@@ -126,11 +127,14 @@ def thinking_budget(thinking: dict[str, Any] | None) -> int | None:
     return None
 
 
-def messages_request(request: MessagesRequest, given: MessagesInput, duet: Duet, owner: str, id_prefix: str) -> WireRequest:
+def messages_request(request: MessagesRequest, given: MessagesInput, duet: Duet, owner: str, id_prefix: str,
+                     cache_marks: tuple[CacheMark, ...] = ()) -> WireRequest:
     """What the run gets of ``request``: its conversation and client tools (:func:`read_input`), the
-    answer model's options checked against ``duet``'s tools, a new response id; its writers need
-    nothing more of it."""
-    options, tools = answer_options(asked_options(request), given.tools, duet.service_tool_names)
+    answer model's options checked against ``duet``'s tools (and the request's ``cache_marks``), a new
+    response id; its writers need nothing more of it."""
+    asked = asked_options(request)
+    asked.cache_marks = cache_marks
+    options, tools = answer_options(asked, given.tools, duet.service_tool_names)
     user = request.metadata.user_id if request.metadata is not None else None
     run_request = DuetRequest(given.conversation, tools, options, user, owner, new_response_id(id_prefix))
     return WireRequest(run_request, request.model, request.stream)
@@ -237,6 +241,16 @@ def _tool_result(block: dict[str, Any], param: str, parts: list[dict[str, Any]])
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise APIError(400, f"{param}.tool_use_id: a tool_result needs the id of its tool_use", param=f"{param}.tool_use_id")
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": tool_result_text(block, param, parts)}
+    if block.get("is_error") is True:
+        # OpenAI-compatible models have no field for it: the text says so, and the result is marked (read_input).
+        message["content"] = f"{ERROR_PREFIX}{message['content']}"
+        message["is_error"] = True
+    return message
+
+
+def tool_result_text(block: dict[str, Any], param: str = "tool_result", parts: list[dict[str, Any]] | None = None) -> str:
+    """The text of a ``tool_result`` (without the error prefix); its images go to ``parts`` when given."""
     content = block.get("content")
     texts = []
     if content is not None:
@@ -245,16 +259,12 @@ def _tool_result(block: dict[str, Any], param: str, parts: list[dict[str, Any]])
             if kind == "text":
                 texts.append(_text_of(item, f"{param}.content.{index}"))
             elif kind == "image":
-                parts.append(_image_part(item, f"{param}.content.{index}"))
+                if parts is not None:
+                    parts.append(_image_part(item, f"{param}.content.{index}"))
                 texts.append("(an image, shown after the results)")
             else:  # what a tool returned is the model's to read: Claude Code's tool search returns tool_reference blocks
                 texts.append(json.dumps(item, ensure_ascii=False))
-    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": "\n\n".join(texts)}
-    if block.get("is_error") is True:
-        # OpenAI-compatible models have no field for it: the text says so, and the result is marked (read_input).
-        message["content"] = f"{ERROR_PREFIX}{message['content']}"
-        message["is_error"] = True
-    return message
+    return "\n\n".join(texts)
 
 
 def _assistant_turn(content: Any, param: str) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from duet.api._validation import LARGE_BODY_BYTES
 from duet.api.messages._errors import error_response
 from duet.api.messages._fold import MessageFold
 from duet.api.messages._protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
+from duet.api.messages._cache_marks import cache_marks
 from duet.api.messages._reader import MessagesInput, messages_request, read_input
 from duet.api.messages._stream import PING, MessageStreamWriter
 from duet.api.messages._tokens import estimate_input_tokens
@@ -51,7 +52,7 @@ class AnthropicMessages(WireProtocol[ParsedMessages]):
 
     async def prepare(self, parsed: ParsedMessages, duet: Duet, owner: str) -> WireRequest:
         wire, given, _ = parsed
-        return messages_request(wire, given, duet, owner, self.id_prefix)
+        return messages_request(wire, given, duet, owner, self.id_prefix, cache_marks(wire))
 
     def reasoning_output(self, configured: ReasoningOutput) -> ReasoningOutput:
         """Thinking blocks are where Anthropic's clients show reasoning: ``think`` (reasoning inside

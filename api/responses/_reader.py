@@ -191,13 +191,16 @@ def _read_tools(tools: Sequence[Any], max_tools: int) -> ReadTools:
     return chat_tools, client_tools
 
 
-def _text_of(content: Any, param: str, kinds: tuple[str, ...]) -> str:
-    """The text of a content list whose parts are of ``kinds`` (a string is its own text)."""
+def _text_of(content: Any, param: str, kinds: tuple[str, ...]) -> str | list[dict[str, Any]]:
+    """The text of a content list whose parts are of ``kinds`` (a string is its own text); when a part
+    carries a ``cache_control`` mark, the parts as text parts, the mark kept (the conversation joins
+    them into the same text: :func:`duet.agents.cache_marks_from_openai` reads the marks)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise APIError(400, f"{param}: must be a string or a list of content parts", param=param, code="invalid_request")
     texts = []
+    marked = False
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, Mapping) else None
         if kind in kinds and isinstance(part.get("text"), str):
@@ -207,7 +210,16 @@ def _text_of(content: Any, param: str, kinds: tuple[str, ...]) -> str:
         else:
             raise APIError(400, f"{param}[{index}].type: unsupported content part {str(kind)[:64]!r} here",
                            param=f"{param}[{index}].type", code="invalid_request")
+        marked = marked or isinstance(part.get("cache_control"), dict)
+    if marked:
+        return [_with_mark({"type": "text", "text": text}, part) for text, part in zip(texts, content, strict=True)]
     return "".join(texts)
+
+
+def _with_mark(converted: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
+    """``converted`` with the ``cache_control`` mark of the ``part`` it was made of, if any."""
+    control = part.get("cache_control")
+    return {**converted, "cache_control": control} if isinstance(control, dict) else converted
 
 
 def _user_parts(content: Any, param: str) -> str | list[dict[str, Any]]:
@@ -220,7 +232,7 @@ def _user_parts(content: Any, param: str) -> str | list[dict[str, Any]]:
         kind = part.get("type") if isinstance(part, Mapping) else None
         where = f"{param}[{index}]"
         if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
-            parts.append({"type": "text", "text": part["text"]})
+            parts.append(_with_mark({"type": "text", "text": part["text"]}, part))
         elif kind == "input_image":
             url = part.get("image_url")
             if not isinstance(url, str) or not url:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, NamedTuple
 
-from duet.agents import Duet, DuetRequest
+from duet.agents import Duet, DuetRequest, cache_marks_from_openai
 
 from duet.api._errors import APIError
 from duet.api._rendering import ResponseWriter
-from duet.api._options import answer_options
+from duet.api._options import answer_options, tool_cache_marks
 from duet.api._serving import WireProtocol, WireRequest, new_response_id, validated_body
 from duet.api._settings import ServiceOptions
 from duet.api.responses._protocol import ResponsesRequest
@@ -53,8 +53,11 @@ class Responses(WireProtocol[ParsedResponses]):
         if wire.stored and self.refuse_when_store_down:
             await self.store.ensure_available()
         items, origins = await self._input_items(wire, body["input"], owner)
-        conversation = conversation_of(*messages_from_items(items, wire.instructions, origins))
-        options, tools = answer_options(asked_options(wire), proxy_tools(chat_tools), duet.service_tool_names)
+        messages, origins = messages_from_items(items, wire.instructions, origins)
+        conversation = conversation_of(messages, origins)
+        asked = asked_options(wire)
+        asked.cache_marks = cache_marks_from_openai(messages) + tool_cache_marks(body.get("tools"))
+        options, tools = answer_options(asked, proxy_tools(chat_tools), duet.service_tool_names)
         run_request = DuetRequest(conversation, tools, options, wire.user, owner, new_response_id(self.id_prefix))
         return WireRequest(run_request, wire.model, wire.stream, wire=wire,
                            state={"client_tools": client_tools, "items": items, "tools": body.get("tools") or []})

@@ -14,7 +14,7 @@ from autogen_agentchat.messages import (
     TextMessage,
     ToolCallRequestEvent,
 )
-from autogen_core import Image
+from autogen_core import FunctionCall, Image
 from autogen_core.models import (
     AssistantMessage,
     FunctionExecutionResult,
@@ -24,7 +24,7 @@ from autogen_core.models import (
 )
 from autogen_core.tools import FunctionTool
 from duet.agents import AnswerAgent
-from duet.agents._answer_agent import REASONING_PREAMBLE
+from duet.agents._answer_agent import REASONING_PREAMBLE, place_notes
 from duet.agents.upstream import ANSWER_MODEL_INFO
 from duet.workbenches import ProxyTool, PythonFunctionTool, model_safe_name
 from PIL import Image as PILImage
@@ -137,3 +137,22 @@ def test_client_tool_call_ends_the_turn_with_a_handoff() -> None:
     assert isinstance(asked, AssistantMessage) and [c.name for c in asked.content] == [alias, "lookup_order"]  # type: ignore[union-attr]
     assert isinstance(results, FunctionExecutionResultMessage) and [r.content for r in results.content] == ["order B2 shipped"]
     assert requested[0].content[0].id == asked.content[0].id  # type: ignore[union-attr]
+
+
+def test_notes_after_tool_results_are_placed_from_the_end() -> None:
+    """A note of tool results (a reasoner that thought again) follows them as a user message; the
+    user turn's note stays in its message; this run's new reasoning follows the last results."""
+    def results(call_id: str) -> FunctionExecutionResultMessage:
+        return FunctionExecutionResultMessage(content=[FunctionExecutionResult(content="ok", call_id=call_id, name="f")])
+
+    def calls(call_id: str) -> AssistantMessage:
+        return AssistantMessage(content=[FunctionCall(id=call_id, name="f", arguments="{}")], source="a")
+
+    body = [UserMessage(content="Q", source="user"), calls("1"), results("1"), calls("2"), results("2")]
+    notes = {1: ("Plan.", ""), 3: ("After one.", "")}  # by index in a conversation with one system message first
+    assert place_notes(body, 1, "Plan.\n\nAfter two.", "", notes)
+    assert [type(m).__name__ for m in body] == ["UserMessage", "AssistantMessage", "FunctionExecutionResultMessage", "UserMessage",
+                                                "AssistantMessage", "FunctionExecutionResultMessage", "UserMessage"]
+    assert body[0].content == "Q\n\n<reasoning>\nPlan.\n</reasoning>"
+    assert body[3].content == "<reasoning>\nAfter one.\n</reasoning>"
+    assert body[6].content == "<reasoning>\nAfter two.\n</reasoning>"

@@ -15,7 +15,7 @@ from autogen_core.models import (
     SystemMessage,
     UserMessage,
 )
-from duet.agents import ConversationError, conversation_from_openai
+from duet.agents import CacheMark, ConversationError, cache_marks_from_openai, conversation_from_openai
 from duet.agents._conversation import (
     DUET_CALL_ID,
     MISSING_RESULT,
@@ -166,3 +166,17 @@ def test_unusable_messages_are_named_by_their_param(messages: Any, param: str) -
     with pytest.raises(ConversationError) as error:
         conversation_from_openai(messages)
     assert error.value.param == param
+
+
+def test_cache_marks_on_openai_content_parts() -> None:
+    """OpenRouter's marks: where conversation_from_openai puts the end of each marked part."""
+    ephemeral = {"type": "ephemeral"}
+    marks = cache_marks_from_openai([
+        {"role": "developer", "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B", "cache_control": ephemeral}]},
+        {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": ephemeral},
+                                     {"type": "image_url", "image_url": {"url": "data:x"}, "cache_control": ephemeral}]},
+        {"role": "user", "content": "plain text has no parts to mark"},
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "18°C", "cache_control": ephemeral}]},
+    ])
+    assert marks == (CacheMark(role="system", text="AB", control=ephemeral), CacheMark(role="user", text="Hi", control=ephemeral),
+                     CacheMark(role="tool", text="18°C", control=ephemeral))

@@ -8,9 +8,11 @@ import time
 
 import pytest
 from autogen_agentchat.messages import TextMessage
-from autogen_core import CancellationToken
+from autogen_core import CancellationToken, FunctionCall
+from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, UserMessage
 
 from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
+from duet.agents.pipeline._duet import _restored_positions
 from duet.agents.pipeline._stream import EventChannel
 from tests.conftest import ANSWER, REASONER, ROOT
 from tests.scripted_upstream import Reply, ScriptedUpstream
@@ -170,3 +172,17 @@ def test_close_stops_the_mcp_servers(upstream: ScriptedUpstream, tmp_path) -> No
 
     running, after = asyncio.run(main())
     assert running["calc"]["status"] == "running" and after["calc"]["status"] == "stopped"
+
+
+def test_restored_positions_follow_the_spliced_rounds() -> None:
+    """A user message keeps its index; tool results are found by a call id of theirs where the hidden
+    part of a round (service calls) was put back before them."""
+    def results(*call_ids: str) -> FunctionExecutionResultMessage:
+        return FunctionExecutionResultMessage(content=[FunctionExecutionResult(content="ok", call_id=i, name="f") for i in call_ids])
+
+    def calls(*call_ids: str) -> AssistantMessage:
+        return AssistantMessage(content=[FunctionCall(id=i, name="f", arguments="{}") for i in call_ids], source="a")
+
+    sent = [UserMessage(content="Q", source="user"), calls("c1"), results("c1"), calls("c2"), results("c2")]
+    restored = [sent[0], calls("s0"), results("s0"), calls("s1", "c1"), results("s1", "c1"), calls("c2"), results("c2")]
+    assert _restored_positions(sent, restored, {0: "", 2: "", 4: ""}) == {0: 0, 2: 4, 4: 6}
