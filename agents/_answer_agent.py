@@ -449,8 +449,8 @@ def place_notes(body: list[LLMMessage], offset: int, reasoning: str, grounding: 
     ``offset`` being the index of ``body[0]``): a user message's note inside it, after its text; the note
     of tool results a reasoner thought again on as a user message right after them. This run's
     ``reasoning`` and ``grounding`` go with the conversation's last message: inside the latest user
-    message, or, when the conversation ends with tool results, the part of ``reasoning`` that is not the
-    turn's own note (a reasoner that thought again) after them. Every note stays where an earlier request
+    message, or, when the conversation ends with tool results of a turn that has its note, the part of
+    ``reasoning`` that is not that note (a reasoner that thought again) after them. Every note stays where an earlier request
     put it, so each request begins with the previous one. True when a note was placed."""
     last_user = next((i for i in range(len(body) - 1, -1, -1) if isinstance(body[i], UserMessage)), None)
     placed = False
@@ -462,15 +462,16 @@ def place_notes(body: list[LLMMessage], offset: int, reasoning: str, grounding: 
         elif 0 <= at < len(body) - 1 and isinstance(body[at], FunctionExecutionResultMessage) and earlier_reasoning:
             after_results.append((at, reasoning_note(earlier_reasoning).lstrip("\n")))
     own = notes.get(last_user + offset) if last_user is not None else None
-    if body and isinstance(body[-1], FunctionExecutionResultMessage):
-        if own is not None and last_user is not None:
-            placed = _append_note(body, last_user, reasoning_note(*own)) or placed
-            reasoning = reasoning[len(own[0]):].lstrip("\n") if reasoning.startswith(own[0]) else reasoning
-            grounding = ""
-        if reasoning or grounding:
-            after_results.append((len(body) - 1, reasoning_note(reasoning, grounding).lstrip("\n")))
+    if body and isinstance(body[-1], FunctionExecutionResultMessage) and own is not None and last_user is not None:
+        placed = _append_note(body, last_user, reasoning_note(*own)) or placed
+        rethought = reasoning[len(own[0]):].lstrip("\n") if reasoning.startswith(own[0]) else reasoning
+        if rethought:
+            after_results.append((len(body) - 1, reasoning_note(rethought).lstrip("\n")))
             placed = True
     elif last_user is not None:
+        # Also a round's follow-up whose turn has no note (its round was not restored: ids Duet did not
+        # issue, a lost store): the reasoning about the turn goes in the turn, not after the results
+        # (where a user message is refused by some servers, Mistral's among them).
         placed = _append_note(body, last_user, reasoning_note(reasoning, grounding)) or placed
     elif reasoning or grounding:
         body.append(UserMessage(content=reasoning_note(reasoning, grounding).lstrip("\n"), source="user"))

@@ -156,3 +156,11 @@ def test_notes_after_tool_results_are_placed_from_the_end() -> None:
     assert body[0].content == "Q\n\n<reasoning>\nPlan.\n</reasoning>"
     assert body[3].content == "<reasoning>\nAfter one.\n</reasoning>"
     assert body[6].content == "<reasoning>\nAfter two.\n</reasoning>"
+
+    # A round's follow-up whose turn has no note (its round was not restored: ids Duet did not issue):
+    # the reasoning about the turn goes in the turn, and the results stay last (Mistral refuses a user
+    # message after tool results).
+    body = [UserMessage(content="Q", source="user"), calls("9"), results("9")]
+    assert place_notes(body, 1, "Fresh.", "", {})
+    assert [type(m).__name__ for m in body] == ["UserMessage", "AssistantMessage", "FunctionExecutionResultMessage"]
+    assert body[0].content == "Q\n\n<reasoning>\nFresh.\n</reasoning>"
