@@ -7,6 +7,7 @@ Every process is started here and stopped by its PID; every wait has a bound."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import re
@@ -14,13 +15,15 @@ import shutil
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
+import yaml
 
-from tests.conftest import REASONER, ROOT, free_port, sse_events, stop_process, tool, wait_for_port
+from tests.conftest import ANSWER, REASONER, ROOT, DuetServer, free_port, sse_events, stop_process, tool, wait_for_port
 from tests.scripted_upstream import Reply, ScriptedCall
 
 SHIPPED_HAPROXY = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -302,3 +305,37 @@ def wait_until(condition: Any, timeout: float, what: str, interval: float = 0.1)
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
         time.sleep(interval)
+
+
+BOTH_UP = {"duet-1": "UP", "duet-2": "UP"}
+"""The balancer's view of two healthy replicas (:func:`replicas_behind_balancer`)."""
+
+
+@contextlib.contextmanager
+def replicas_behind_balancer(upstream_url: str, directory: Path, pipeline: str, env: dict[str, str] | None = None,
+                             options: BalancerOptions = BalancerOptions()) -> Iterator[tuple[list[DuetServer], Balancer, RedisServer]]:
+    """Two ``duet serve`` of one configuration (``pipeline`` on the upstream at ``upstream_url``, with the
+    service tool ``LOOKUP``) sharing a real Redis, behind HAProxy running the shipped configuration; all
+    stopped by their PIDs on the way out."""
+    redis = RedisServer(directory / "redis")
+    config = directory / "duet.yaml"
+    config.write_text(yaml.safe_dump({"pipelines": [{
+        "name": pipeline, "reasoner": {"base_url": upstream_url, "model": REASONER},
+        "answer": {"base_url": upstream_url, "model": ANSWER}, "tools": {"functions": [LOOKUP]}}]}))
+    replicas: list[DuetServer] = []
+    balancer = None
+    try:
+        with ThreadPoolExecutor(2) as pool:  # each start imports the whole service: start both at once
+            environment = {"DUET_STATE_URL": redis.url, **(env or {})}
+            starts = [pool.submit(DuetServer, ["--config", str(config)], environment, directory / f"replica-{i}.log") for i in range(2)]
+            replicas = [start.result() for start in starts]
+        balancer = start_balancer([replica.port for replica in replicas], directory, options)
+        wait_for_states(balancer, BOTH_UP)
+        yield replicas, balancer, redis
+    finally:
+        if balancer is not None:
+            balancer.stop()
+        for replica in replicas:
+            if replica.process.poll() is None:
+                replica.stop()
+        redis.stop()

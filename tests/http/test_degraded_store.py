@@ -15,11 +15,11 @@ from typing import Iterator
 
 import httpx
 import pytest
-import yaml
 
-from tests.conftest import ANSWER, REASONER, DuetServer
+from tests.conftest import DuetServer
 from tests.deployment import (
-    LOOKUP,
+    BOTH_UP,
+    replicas_behind_balancer,
     Balancer,
     Conversation,
     RedisServer,
@@ -27,42 +27,19 @@ from tests.deployment import (
     degraded,
     mixed_rounds,
     restored,
-    start_balancer,
-    wait_for_states,
     wait_until,
 )
 from tests.scripted_upstream import ScriptedUpstream
 
 PIPELINE = "duet-degraded"
 CLIENTS = 6
-BOTH_UP = {"duet-1": "UP", "duet-2": "UP"}
 
 
 @pytest.fixture
 def deployment(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[tuple[list[DuetServer], Balancer, RedisServer]]:
     upstream.set_default(mixed_rounds)
-    redis = RedisServer(tmp_path / "redis")
-    config = tmp_path / "duet.yaml"
-    config.write_text(yaml.safe_dump({"pipelines": [{
-        "name": PIPELINE, "reasoner": {"base_url": upstream.base_url, "model": REASONER},
-        "answer": {"base_url": upstream.base_url, "model": ANSWER}, "tools": {"functions": [LOOKUP]}}]}))
-    replicas: list[DuetServer] = []
-    balancer = None
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            env = {"DUET_STATE_URL": redis.url, "DUET_STORE_TIMEOUT": "0.5"}
-            starts = [pool.submit(DuetServer, ["--config", str(config)], env, tmp_path / f"replica-{i}.log") for i in range(2)]
-            replicas = [start.result() for start in starts]
-        balancer = start_balancer([replica.port for replica in replicas], tmp_path)
-        wait_for_states(balancer, BOTH_UP)
+    with replicas_behind_balancer(upstream.base_url, tmp_path, PIPELINE, {"DUET_STORE_TIMEOUT": "0.5"}) as (replicas, balancer, redis):
         yield replicas, balancer, redis
-    finally:
-        if balancer is not None:
-            balancer.stop()
-        for replica in replicas:
-            if replica.process.poll() is None:
-                replica.stop()
-        redis.stop()
 
 
 def store_up(replica: DuetServer) -> float:

@@ -16,22 +16,19 @@ from typing import Iterator
 
 import httpx
 import pytest
-import yaml
 
-from tests.conftest import ANSWER, REASONER, DuetServer
+from tests.conftest import DuetServer
 from tests.deployment import (
-    LOOKUP,
+    replicas_behind_balancer,
     REQUEST_TIMEOUT,
     Balancer,
     BalancerOptions,
     Conversation,
-    RedisServer,
     converse,
     first_round,
     follow_up,
     mixed_rounds,
     restored,
-    start_balancer,
     wait_for_states,
 )
 from tests.scripted_upstream import ScriptedUpstream
@@ -44,35 +41,14 @@ PIPELINE = "duet-replicas"
 # killed one: 502/503 for everything). A killed replica refuses the connection at once, so it is still
 # taken out within two intervals.
 OPTIONS = BalancerOptions(balance="roundrobin", check_interval="200ms", check_timeout="2s", slowstart=False)
-BOTH_UP = {"duet-1": "UP", "duet-2": "UP"}
 
 
 @pytest.fixture
 def deployment(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[tuple[list[DuetServer], Balancer]]:
     """Two replicas of one configuration, sharing Redis, behind HAProxy."""
     upstream.set_default(mixed_rounds)
-    redis = RedisServer(tmp_path / "redis")
-    config = tmp_path / "duet.yaml"
-    config.write_text(yaml.safe_dump({"pipelines": [{
-        "name": PIPELINE, "reasoner": {"base_url": upstream.base_url, "model": REASONER},
-        "answer": {"base_url": upstream.base_url, "model": ANSWER}, "tools": {"functions": [LOOKUP]}}]}))
-    replicas: list[DuetServer] = []
-    balancer = None
-    try:
-        with ThreadPoolExecutor(2) as pool:  # each start imports the whole service: start both at once
-            starts = [pool.submit(DuetServer, ["--config", str(config)], {"DUET_STATE_URL": redis.url}, tmp_path / f"replica-{i}.log")
-                      for i in range(2)]
-            replicas = [start.result() for start in starts]
-        balancer = start_balancer([replica.port for replica in replicas], tmp_path, OPTIONS)
-        wait_for_states(balancer, BOTH_UP)
+    with replicas_behind_balancer(upstream.base_url, tmp_path, PIPELINE, options=OPTIONS) as (replicas, balancer, _):
         yield replicas, balancer
-    finally:
-        if balancer is not None:
-            balancer.stop()
-        for replica in replicas:
-            if replica.process.poll() is None:
-                replica.stop()
-        redis.stop()
 
 
 def test_replicas_behind_a_balancer_share_rounds_and_survive_a_killed_replica(
