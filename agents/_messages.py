@@ -46,6 +46,7 @@ from autogen_agentchat.messages import (
 from autogen_core import FunctionCall
 from autogen_core.models import LLMMessage, RequestUsage
 
+from duet._fields_set import share_fields_set
 from duet.agents._conversation import last_user_text
 from duet.agents._ids import new_message_id
 from duet.agents._names import ANSWERER_NAME  # noqa: F401 - the module docstring's example uses it
@@ -110,9 +111,9 @@ def task_messages(
     context that round was answered with."""
     # A copy of a message made once: the conversation is made of validated LLMMessages already, and
     # re-validating a long conversation (or model_construct's pass over the fields) would cost every request.
-    task: list[BaseChatMessage] = [
-        _TASK_HANDOFF.model_copy(update={"content": last_user_text(conversation) or "(continue)", "context": conversation, **_unset_fields()})
-    ]
+    handoff = _TASK_HANDOFF.model_copy(update={"content": last_user_text(conversation) or "(continue)", "context": conversation,
+                                               **_unset_fields()})
+    task: list[BaseChatMessage] = [share_fields_set(handoff, _TASK_HANDOFF.__pydantic_fields_set__)]  # kept as long as the stream
     if grounding:
         task.append(grounding_reply(GROUNDER_NAME, grounding))
     if earlier_reasoning is not None:
