@@ -184,12 +184,18 @@ def grounding_reply(source: str, text: str) -> TextMessage:
 
 def reasoning_reply(source: str, text: str, usage: RequestUsage | None = None) -> TextMessage:
     """The reasoning agent's reply: its reasoning, marked so the answer agent reads it as such."""
-    return TextMessage(id=new_message_id(), source=source, content=text, metadata=_REASONING, models_usage=usage)
+    reply = TextMessage(id=new_message_id(), source=source, content=text, metadata=_REASONING, models_usage=usage)
+    return share_fields_set(reply, _REPLY_FIELDS)  # kept for the rest of the stream (the team's thread)
 
 
 def answer_reply(source: str, text: str, finish_reason: FinishReason, usage: RequestUsage | None = None) -> TextMessage:
     """The answer agent's reply, with the finish reason the client gets."""
-    return TextMessage(id=new_message_id(), source=source, content=text, metadata={_FINISH_REASON: finish_reason}, models_usage=usage)
+    reply = TextMessage(id=new_message_id(), source=source, content=text, metadata={_FINISH_REASON: finish_reason}, models_usage=usage)
+    return share_fields_set(reply, _REPLY_FIELDS)
+
+
+_REPLY_FIELDS = {"id", "source", "content", "metadata", "models_usage"}
+"""The fields a reply is given: one set of them for every reply (see :mod:`duet._fields_set`)."""
 
 
 def client_handoff(source: str, calls: Sequence[FunctionCall], turn: list[LLMMessage], usage: RequestUsage) -> HandoffMessage:
