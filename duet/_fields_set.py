@@ -3,7 +3,8 @@
 Pydantic keeps, on every model, the set of the fields its constructor was given
 (``__pydantic_fields_set__``). A set of five names or more takes 728 bytes (a table of 32 slots), more
 than the rest of a small model, and the models a stream keeps for its whole life (its answer options, the
-task it hands the team) are built with the same fields every time: one shared set stands for them all.
+task it hands the team, the agents' replies) are built with the same fields every time: one shared set
+stands for them all.
 Pydantic only ever adds to that set, the name of a field assigned after construction: the set
 :func:`every_field` gives holds them all already, and Duet assigns no field of the models it shares a
 set among, so a shared set never changes.
