@@ -159,7 +159,7 @@ class Metrics:
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once per label set (prometheus-client checks and locks on each call)."""
-        key = (id(metric), *labels)
+        key = (metric, *labels)  # a metric hashes by identity (in C: no id() call per lookup)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
