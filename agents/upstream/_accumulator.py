@@ -185,6 +185,9 @@ class StreamAccumulator:
         pending_kind, pending_size, limit = self._pending_kind, 0, self._joined_limit
         self.first_piece = -1
         for data in events:
+            if data == b"[DONE]":  # the end: not JSON, so not handed to two decoders (orjson, then json) to learn it
+                self._not_a_chunk(data)
+                break
             try:
                 chunk = wire_json.loads(data)
                 choices = chunk.get("choices")  # AttributeError: not a JSON object
