@@ -178,8 +178,7 @@ class StreamAccumulator:
         self._calls: defaultdict[int, ToolCallBuilder] = defaultdict(ToolCallBuilder)  # by index
 
     def read(self, events: list[bytes]) -> list[str]:
-        """The pieces to hand on for the ``data`` of one read's events (see the class). Called for every
-        read, often of one event: a chunk of text costs no call beyond this one (what is rarer has a method)."""
+        """The pieces to hand on for one read's events (see the class): a chunk of text costs no call but this one."""
         pieces: list[str] = []
         pending: list[str] = []  # text not handed on yet, all of one kind
         pending_kind, pending_size, limit = self._pending_kind, 0, self._joined_limit
