@@ -4,6 +4,7 @@ lighter for a team a pipeline keeps for every request in flight (AgentChat 0.7.5
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from autogen_agentchat.base import Response, Team
@@ -64,10 +65,30 @@ class RoundRobinManager(RoundRobinGroupChatManager):
     """AgentChat's round-robin group chat manager, which asks every speaker for its turn with one
     shared request: AgentChat makes a new ``GroupChatRequestPublish`` for every turn (~370 bytes),
     kept for as long as the turn. It has no fields, and a pydantic model refuses attributes it does
-    not declare: one serves every turn of every team."""
+    not declare: one serves every turn of every team.
+
+    Round-robin's own choice of the next speaker is asked for in the manager's task: AgentChat runs
+    every ``select_speaker`` as a task of its own, linked to the run's cancellation token (a task and
+    a callback kept by the token for every turn), which a choice that never waits does not need."""
 
     async def publish_message(self, message: Any, topic_id: TopicId, *,
                               cancellation_token: CancellationToken | None = None) -> None:
         if type(message) is GroupChatRequestPublish:
             message = _REQUEST_TO_SPEAK
         await super().publish_message(message, topic_id, cancellation_token=cancellation_token)
+
+    async def _transition_to_next_speakers(self, cancellation_token: CancellationToken) -> None:
+        if type(self).select_speaker is not RoundRobinGroupChatManager.select_speaker or self._emit_team_events:
+            await super()._transition_to_next_speakers(cancellation_token)
+            return
+        # Mirrors BaseGroupChatManager._transition_to_next_speakers of autogen-agentchat 0.7.5 (pinned) for
+        # round-robin's choice (one speaker, no wait): a token already cancelled cancels the turn before the
+        # choice, as the linked future of the stock method is cancelled before its task runs; no selection
+        # event is made (the stock method makes one only to publish it when team events are emitted).
+        if cancellation_token.is_cancelled():
+            raise asyncio.CancelledError()
+        speaker_name = await self.select_speaker(self._message_thread)
+        assert isinstance(speaker_name, str)  # round-robin's choice is one name, of a participant
+        await self.publish_message(_REQUEST_TO_SPEAK, topic_id=DefaultTopicId(type=self._participant_name_to_topic_type[speaker_name]),
+                                   cancellation_token=cancellation_token)
+        self._active_speakers.append(speaker_name)
