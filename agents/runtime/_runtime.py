@@ -140,17 +140,30 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         self._run_context = LeanRunContext(self)
 
     async def stop(self) -> None:
-        try:
-            await super().stop()
-        finally:
-            self._message_queue = new_message_queue(self)  # instead of the stock runtime's fresh queue
-            self._unobserved_in_run = None
+        await self._stop(idle=False)
 
     async def stop_when_idle(self) -> None:
+        await self._stop(idle=True)
+
+    async def _stop(self, *, idle: bool) -> None:
+        """Mirrors SingleThreadedAgentRuntime.stop and stop_when_idle of autogen-core 0.7.5 (pinned), which
+        make a new message queue each time (two, with the one Duet makes instead): a run whose messages all
+        went to their handlers at once leaves its queue as new (:meth:`LeanRunContext.left_clean`), and
+        the next run takes it; any other gets a new one. A pooled team's runtime stops after every request."""
+        run_context = self._run_context
+        if run_context is None:
+            raise RuntimeError("Runtime is not started")  # as the stock runtime
+        clean = False
         try:
-            await super().stop_when_idle()
+            if idle:
+                await run_context.stop_when_idle()
+            else:
+                await run_context.stop()
+            clean = run_context.left_clean()  # type: ignore[attr-defined]
         finally:
-            self._message_queue = new_message_queue(self)
+            self._run_context = None
+            if not clean:
+                self._message_queue = new_message_queue(self)
             self._unobserved_in_run = None
 
     async def add_subscription(self, subscription: Subscription) -> None:

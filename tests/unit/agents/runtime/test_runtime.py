@@ -347,3 +347,36 @@ def test_a_publish_to_agents_not_made_yet_is_handled_before_the_next_one_and_a_f
         return handled
 
     assert asyncio.run(run()) == ["all start", "all start", "own-a speak"]
+
+
+def test_a_run_that_queued_nothing_leaves_its_queue_to_the_next_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stock runtime makes a new message queue each time it stops; a lean runtime whose messages
+    all went to their handlers at once keeps its queue (as new: empty, nothing unfinished, not shut
+    down) for the next run, and a message published while it is stopped waits for the next run, as on
+    the stock runtime's new queue. A run whose message loop ran (observed) ends with a new queue."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> tuple[list[str], list[bool]]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        received: list[str] = []
+
+        async def collect(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            received.append(message.text)
+
+        await ClosureAgent.register_closure(runtime, "collector", collect, subscriptions=lambda: [TypeSubscription("notes", "collector")])
+        kept: list[bool] = []
+        for text in ("first", "second"):
+            queue = runtime._message_queue
+            runtime.start()
+            await runtime.publish_message(Counted(text), TopicId("notes", "default"))
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+            kept.append(runtime._message_queue is queue)
+        await runtime.publish_message(Counted("while stopped"), TopicId("notes", "default"))
+        assert received == ["first", "second"]
+        queue = runtime._message_queue
+        runtime.start()  # the queued message starts the loop: this run ends with a new queue
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        kept.append(runtime._message_queue is queue)
+        return received, kept
+
+    assert asyncio.run(run()) == (["first", "second", "while stopped"], [True, True, False])
