@@ -63,19 +63,36 @@ class AgentFactory:
         return self.make()
 
 
+_ROUTED, _SEQUENTIAL = 1, 2
+_routing_of: dict[type, int | None] = {}
+"""How each agent class routes its messages (see :func:`_routing`): one entry per class."""
+
+
+def _routing(kind: type) -> int | None:
+    """``_SEQUENTIAL`` for a class that routes as AgentChat's ``SequentialRoutedAgent``, ``_ROUTED`` as
+    ``RoutedAgent``, None for any other (its own ``on_message`` or ``on_message_impl``)."""
+    if kind.on_message is not BaseAgent.on_message:  # type: ignore[attr-defined]
+        return None
+    routing = getattr(kind, "on_message_impl", None)
+    if routing is SequentialRoutedAgent.on_message_impl:
+        return _SEQUENTIAL
+    return _ROUTED if routing is RoutedAgent.on_message_impl else None
+
+
 def _taken_in_order(agent: Agent, message: Any) -> bool | None:
     """Whether a routed agent (``RoutedAgent``, AgentChat's ``SequentialRoutedAgent``) handles
     ``message`` in the order received; None for any other agent, or one that routes its own way."""
     kind = type(agent)
-    if kind.on_message is not BaseAgent.on_message:
-        return None
-    routing = getattr(kind, "on_message_impl", None)
-    if routing is SequentialRoutedAgent.on_message_impl:
+    try:
+        routing = _routing_of[kind]
+    except KeyError:
+        routing = _routing_of[kind] = _routing(kind)
+    if routing == _SEQUENTIAL:
         in_order = agent._sequential_message_types  # type: ignore[attr-defined]
         if type(in_order) is tuple:  # as lighten_agent leaves it: one isinstance, not a generator
             return isinstance(message, in_order)
         return any(isinstance(message, sequential) for sequential in in_order)
-    return False if routing is RoutedAgent.on_message_impl else None
+    return False if routing == _ROUTED else None
 
 
 async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:

@@ -287,8 +287,9 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         the runtime runs, nothing observes it, no failure waits to be raised, and nothing is queued
         (so messages still start in the order they were sent)."""
         queue = self._message_queue
+        unobserved = self._unobserved_in_run  # set while a run goes on (the run context is set)
         return (self._run_context is not None and self._background_exception is None and not queue._queue  # type: ignore[attr-defined]
-                and not queue._is_shutdown and self._unobserved())  # type: ignore[attr-defined]  # autogen-core's Queue's own
+                and not queue._is_shutdown and (self._unobserved() if unobserved is None else unobserved))  # type: ignore[attr-defined]
 
     async def _publish_at_once(self, message: Any, topic_id: TopicId, sender: AgentId | None,
                                cancellation_token: CancellationToken | None, message_id: str) -> None:
@@ -349,7 +350,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         ``stop_when_idle`` waits for it."""
         queue = self._message_queue
         queue._unfinished_tasks += 1  # type: ignore[attr-defined]  # autogen-core's Queue's own
-        queue._finished.clear()  # type: ignore[attr-defined]
+        queue._finished._value = False  # type: ignore[attr-defined]  # its asyncio.Event's clear()
         task = asyncio.get_running_loop().create_task(handler)
         self._background_tasks.add(task)
         task.add_done_callback(self._handler_done)

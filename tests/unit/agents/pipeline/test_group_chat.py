@@ -114,3 +114,25 @@ def test_duets_round_robin_manager_chooses_the_next_speaker_without_a_task(monke
         return manager._next_speaker_index
 
     assert asyncio.run(cancelled_turn()) == 0  # the choice was not made
+
+
+def test_duets_team_publishes_what_a_stock_team_publishes_to_the_same_topics() -> None:
+    """Duet's container and manager make their topics without the pattern check and publish without
+    BaseAgent's coroutine: the same messages go to the same topics, in the same order, as a stock
+    team's; each topic is a DefaultTopicId equal to the one the stock code makes, sent by the agent."""
+    from autogen_core import DefaultTopicId
+
+    published: list[tuple[str, str]] = []
+
+    class Recording(LeanAgentRuntime):
+        async def publish_message(self, message: Any, topic_id: Any, *args: Any, **kwargs: Any) -> None:
+            assert type(topic_id) is DefaultTopicId and topic_id == DefaultTopicId(topic_id.type, topic_id.source)
+            assert kwargs["sender"] is not None and kwargs["sender"].key == topic_id.source
+            published.append((type(message).__name__, topic_id.type[:-37]))  # without "_<the team's uuid>"
+            await super().publish_message(message, topic_id, *args, **kwargs)
+
+    assert asyncio.run(run_a_team_on(Recording(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    duets = list(published)
+    published.clear()
+    assert asyncio.run(run_a_team_on(Recording(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    assert duets == published and ("GroupChatMessage", "output_topic") in duets and ("GroupChatAgentResponse", "group_topic") in duets
