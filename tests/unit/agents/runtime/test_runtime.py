@@ -380,3 +380,30 @@ def test_a_run_that_queued_nothing_leaves_its_queue_to_the_next_run(monkeypatch:
         return received, kept
 
     assert asyncio.run(run()) == (["first", "second", "while stopped"], [True, True, False])
+
+
+def test_a_publish_on_a_runtime_with_many_agents_finds_its_recipient_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime many teams share holds more agents than a team's few: a made recipient is found by its
+    id (the dict), and only it gets the message."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> list[str]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        handled: list[str] = []
+
+        async def handle(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            handled.append(f"{_.id.type}/{_.id.key} {message.text}")
+
+        await ClosureAgent.register_closure(runtime, "many", handle, subscriptions=lambda: [TypeSubscription("notes", "many")])
+        runtime.start()
+        for key in range(12):
+            await runtime.publish_message(Counted("made"), TopicId("notes", str(key)))
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        assert len(runtime._instantiated_agents) == 12
+        handled.clear()
+        runtime.start()
+        await runtime.publish_message(Counted("to seven"), TopicId("notes", "7"))
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        return handled
+
+    assert asyncio.run(run()) == ["many/7 to seven"]
