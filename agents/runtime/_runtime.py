@@ -251,11 +251,11 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         cancellation_token: CancellationToken | None = None,
         message_id: str | None = None,
     ) -> None:
-        if message_id is None:
-            message_id = new_message_id()
         if self._delivers_at_once():  # unobserved: no log line, no event log, no span
             await self._publish_at_once(message, topic_id, sender, cancellation_token, message_id)
             return
+        if message_id is None:
+            message_id = new_message_id()
         if _logger.isEnabledFor(logging.INFO):
             await super().publish_message(
                 message, topic_id, sender=sender, cancellation_token=cancellation_token, message_id=message_id
@@ -292,7 +292,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 and not queue._is_shutdown and (self._unobserved() if unobserved is None else unobserved))  # type: ignore[attr-defined]
 
     async def _publish_at_once(self, message: Any, topic_id: TopicId, sender: AgentId | None,
-                               cancellation_token: CancellationToken | None, message_id: str) -> None:
+                               cancellation_token: CancellationToken | None, message_id: str | None) -> None:
         """Delivers a published message as :meth:`_process_publish` does: a handler task for each
         recipient, started in their order (``_process_publish`` is a task that gathers a task for
         each), and no task at all for a message nobody but its sender subscribes to (the group chat
@@ -311,11 +311,15 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             if not self._ignore_unhandled_handler_exceptions:
                 self._background_exception = exc
             return
-        if agents and cancellation_token is None:
+        if not agents:
+            return  # nobody to tell: no token, no message id
+        if cancellation_token is None:
             cancellation_token = CancellationToken()
+        if message_id is None:
+            message_id = new_message_id()
         for agent in agents:
             context = MessageContext(sender=sender, topic_id=topic_id, is_rpc=False,
-                                     cancellation_token=cancellation_token,  # type: ignore[arg-type]  # made above
+                                     cancellation_token=cancellation_token,
                                      message_id=message_id)
             self._start_handler(self._handle_published(agent, message, context))
 
