@@ -363,7 +363,8 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         seconds = ledger.window(self._reuse_seconds)
         if seconds <= 0 and run.note_digest is None:
             return None
-        digest = fingerprint(prompt, self._model_label(), effort.asked, effort.create_args, effort.max_chars)
+        # Without reuse only the turn's note is kept (under the conversation's digest): no prompt to hash.
+        digest = fingerprint(prompt, self._model_label(), effort.asked, effort.create_args, effort.max_chars) if seconds > 0 else ""
         return _Reuse(ledger, seconds, run.request.owner, run.request.pipeline, digest, run.note_digest)
 
     def _replay(self, kept: Continuation, run: DuetRun | None) -> Iterator[DuetEvent | Response]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import sqlite3
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -24,6 +25,67 @@ logger = logging.getLogger("duet.agents.continuations")
 SWEEP_INTERVAL = 60.0  # seconds between two sweeps of expired SQLite rows
 SWEEP_BATCH = 500  # rows deleted per statement: a sweep never holds the store for long
 _T = TypeVar("_T")
+
+
+class StoreThread:
+    """The thread a store's calls run on, one after the other. An awaited call costs a future and a
+    queue entry (``loop.run_in_executor`` costs a ``concurrent.futures`` future, its lock and
+    condition, a thread-count check and the chaining of two futures: some forty Python calls on the
+    event loop for each store call of a request). A daemon: a store never closed does not hold the
+    interpreter at exit (the service closes its store at shutdown, after its writes settle)."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any] | None] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, function: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+        """``function(*args)`` on the thread, behind the calls queued before it: its result, awaited."""
+        if self._closed:
+            raise RuntimeError("the store's thread is closed")
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._calls.put((function, args, future))
+        return future
+
+    def submit(self, function: Callable[..., Any], *args: Any) -> None:
+        """``function(*args)`` on the thread, behind the calls queued before it; nobody waits for it."""
+        if self._closed:
+            raise RuntimeError("the store's thread is closed")
+        self._calls.put((function, args, None))
+
+    def close(self) -> None:
+        """No call is taken any more; the thread ends after the calls already queued."""
+        self._closed = True
+        self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (item := self._calls.get()) is not None:
+            _run_one(*item)
+            item = None  # nothing of a call is kept while the thread waits for the next
+
+
+def _run_one(function: Callable[..., Any], args: tuple[Any, ...], future: asyncio.Future[Any] | None) -> None:
+    if future is not None and future.done():  # its caller gave up (cancelled, timed out) before its turn
+        return
+    try:
+        result, error = function(*args), None
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller, as an executor would
+        result, error = None, exc
+    if future is not None:
+        try:
+            future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:  # its loop is closed: nobody waits any more
+            pass
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # its caller was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class SQLiteContinuationStore(ContinuationStore):
@@ -56,12 +118,12 @@ class SQLiteContinuationStore(ContinuationStore):
         except (OSError, sqlite3.Error) as exc:
             raise StoreOpenError(f"cannot open the continuation store {self._path}: {exc}") from None
         # One thread of its own: the disk never waits behind tools in a shared executor.
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duet-state")
+        self._thread = StoreThread("duet-state")
         self._next_sweep = time.monotonic() + sweep_interval
         self._thread.submit(self._sweep, time.time())  # what expired while the service was down
 
     async def _run(self, function: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
+        return await self._thread.call(function, *args)
 
     def _put(self, call_ids: Sequence[str], payload: str) -> None:
         now = time.time()
@@ -129,7 +191,7 @@ class SQLiteContinuationStore(ContinuationStore):
     async def close(self) -> None:
         self._closed = True
         await self._run(self._connection.close)
-        self._thread.shutdown(cancel_futures=True)
+        self._thread.close()
 
     def __str__(self) -> str:
         return f"sqlite:///{self._path}"

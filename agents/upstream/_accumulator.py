@@ -178,13 +178,15 @@ class StreamAccumulator:
         self._calls: defaultdict[int, ToolCallBuilder] = defaultdict(ToolCallBuilder)  # by index
 
     def read(self, events: list[bytes]) -> list[str]:
-        """The pieces to hand on for the ``data`` of one read's events (see the class). Called for every
-        read, often of one event: a chunk of text costs no call beyond this one (what is rarer has a method)."""
+        """The pieces to hand on for one read's events (see the class): a chunk of text costs no call but this one."""
         pieces: list[str] = []
         pending: list[str] = []  # text not handed on yet, all of one kind
         pending_kind, pending_size, limit = self._pending_kind, 0, self._joined_limit
         self.first_piece = -1
         for data in events:
+            if data == b"[DONE]":  # the end: not JSON, so not handed to two decoders (orjson, then json) to learn it
+                self._not_a_chunk(data)
+                break
             try:
                 chunk = wire_json.loads(data)
                 choices = chunk.get("choices")  # AttributeError: not a JSON object

@@ -41,9 +41,9 @@ def cached_tokens(usage: Mapping[str, Any] | None) -> int:
     """
     usage = usage or {}
     details = usage.get("prompt_tokens_details")
-    for value in (details.get("cached_tokens") if isinstance(details, Mapping) else None,
+    for value in (details.get("cached_tokens") if isinstance(details, dict) else None,  # JSON: a dict (no ABC check per call)
                   usage.get("prompt_cache_hit_tokens"), usage.get("cache_read_input_tokens")):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if type(value) is int and value > 0:  # not a bool
             return value
     return 0
 
@@ -55,8 +55,8 @@ def reasoning_tokens(usage: Mapping[str, Any] | None) -> int:
     7
     """
     details = (usage or {}).get("completion_tokens_details")
-    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return value if type(value) is int and value > 0 else 0  # not a bool
 
 
 def build_result(

@@ -172,10 +172,16 @@ async def finish_body(response: aiohttp.ClientResponse) -> None:
             await asyncio.wait_for(response.content.wait_eof(), END_OF_BODY_WAIT)
 
 
+_EVENT_STREAM = frozenset({"text/event-stream", "text/event-stream; charset=utf-8"})
+
+
 def media_type(response: aiohttp.ClientResponse) -> str:
     """``response.content_type`` (lower case, no parameters), without the dict of the header's
     parameters aiohttp parses and keeps on the response (~1.5 KB) for it."""
-    media_type = (response.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    header = response.headers.get("Content-Type") or ""
+    if header in _EVENT_STREAM:  # what streamed answers say (no parsing for them)
+        return "text/event-stream"
+    media_type = header.split(";", 1)[0].strip().lower()
     return media_type if media_type.count("/") == 1 else "application/octet-stream"  # aiohttp's default
 
 

@@ -22,7 +22,7 @@ from duet.agents import (
 )
 from duet.agents import Stage, StoreOutcome, Usage
 
-from duet.api.observability._logs import json_lines, logfmt
+from duet.api.observability._logs import json_lines, logfmt, write_line
 from duet.api.observability._metrics import Metrics, process_metrics
 from duet.api.observability._tracing import process_tracer, propagation_headers, start_child_span, start_request_span
 
@@ -249,9 +249,9 @@ class RequestObservation:
             if self.more_calls:
                 fields["more_calls"] = self.more_calls
             if json_lines():  # the formatter writes the fields (and masks the line)
-                log.info("request", extra={"request_fields": {"method": self.method, "path": self.path, **fields}})
+                write_line(log, "request", extra={"request_fields": {"method": self.method, "path": self.path, **fields}})
             else:
-                log.info("%s %s %s", self.method, self.path, logfmt(fields))
+                write_line(log, "%s %s %s", self.method, self.path, logfmt(fields))
 
 
 class _ModelCall:
