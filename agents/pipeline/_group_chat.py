@@ -4,6 +4,7 @@ lighter for a team a pipeline keeps for every request in flight (AgentChat 0.7.5
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from autogen_agentchat.base import Response, Team
@@ -11,17 +12,36 @@ from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentC
 from autogen_agentchat.teams._group_chat._events import (  # not exported (0.7.5)
     GroupChatAgentResponse,
     GroupChatError,
+    GroupChatMessage,
     GroupChatRequestPublish,
     SerializableException,
 )
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager  # not exported (0.7.5)
-from autogen_core import CancellationToken, DefaultTopicId, MessageContext, TopicId, event
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
+from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, TopicId, event
 from opentelemetry import trace
 
 
 def _spans_recorded() -> bool:
     """Whether a tracer provider is set: without one, every span AgentChat opens is a no-op."""
     return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+def _team_topic(topic_type: str, agent: BaseAgent) -> DefaultTopicId:
+    """``DefaultTopicId(type=topic_type)`` as made in ``agent``'s handler (its source: the agent's key),
+    without the pattern check ``TopicId`` makes of its type each time (a regex a message), for a topic
+    type AgentChat made for the team (0.7.5, pinned): the group's and the output's,
+    ``group_topic_<uuid>`` and ``output_topic_<uuid>``, or an agent's (its type, checked when the agent
+    was made)."""
+    topic = object.__new__(DefaultTopicId)
+    object.__setattr__(topic, "type", topic_type)  # a frozen dataclass's fields, set as its __init__ sets them
+    object.__setattr__(topic, "source", agent._id._key)  # AgentId.key, read
+    return topic
+
+
+async def _publish(agent: BaseAgent, message: Any, topic_id: TopicId, cancellation_token: CancellationToken | None) -> None:
+    """Mirrors BaseAgent.publish_message of autogen-core 0.7.5 (pinned), in the caller's coroutine."""
+    await agent._runtime.publish_message(message, topic_id, sender=agent._id, cancellation_token=cancellation_token)
 
 
 class TurnContainer(ChatAgentContainer):
@@ -37,7 +57,7 @@ class TurnContainer(ChatAgentContainer):
             return await super().handle_request(message, ctx)  # type: ignore[call-arg]  # the handler, bound
         # ChatAgentContainer.handle_request for an agent (AgentChat 0.7.5, pinned), outside the span;
         # here, not in a coroutine of its own: the turn's coroutines are kept for as long as the turn.
-        parent = DefaultTopicId(type=self._parent_topic_type)
+        parent = _team_topic(self._parent_topic_type, self)
         try:
             response: Response | None = None
             async for item in agent.on_messages_stream(self._message_buffer, ctx.cancellation_token):
@@ -49,12 +69,17 @@ class TurnContainer(ChatAgentContainer):
             if response is None:
                 raise RuntimeError("The agent did not produce a final response. Check the agent's on_messages_stream method.")
             self._message_buffer.clear()
-            await self.publish_message(GroupChatAgentResponse(response=response, name=agent.name), topic_id=parent,
-                                       cancellation_token=ctx.cancellation_token)
+            await _publish(self, GroupChatAgentResponse(response=response, name=agent.name), parent, ctx.cancellation_token)
         except Exception as exc:
-            await self.publish_message(GroupChatError(error=SerializableException.from_exception(exc)), topic_id=parent,
-                                       cancellation_token=ctx.cancellation_token)
+            await _publish(self, GroupChatError(error=SerializableException.from_exception(exc)), parent, ctx.cancellation_token)
             raise
+
+    async def _log_message(self, message: BaseAgentEvent | BaseChatMessage) -> None:
+        # Mirrors ChatAgentContainer._log_message of autogen-agentchat 0.7.5 (pinned), its topic made without
+        # the pattern check (_team_topic).
+        if not self._message_factory.is_registered(message.__class__):
+            raise ValueError(f"Message type {message.__class__} is not registered.")
+        await _publish(self, GroupChatMessage(message=message), _team_topic(self._output_topic_type, self), None)
 
 
 _REQUEST_TO_SPEAK = GroupChatRequestPublish()
@@ -64,10 +89,30 @@ class RoundRobinManager(RoundRobinGroupChatManager):
     """AgentChat's round-robin group chat manager, which asks every speaker for its turn with one
     shared request: AgentChat makes a new ``GroupChatRequestPublish`` for every turn (~370 bytes),
     kept for as long as the turn. It has no fields, and a pydantic model refuses attributes it does
-    not declare: one serves every turn of every team."""
+    not declare: one serves every turn of every team.
+
+    Round-robin's own choice of the next speaker is asked for in the manager's task: AgentChat runs
+    every ``select_speaker`` as a task of its own, linked to the run's cancellation token (a task and
+    a callback kept by the token for every turn), which a choice that never waits does not need."""
 
     async def publish_message(self, message: Any, topic_id: TopicId, *,
                               cancellation_token: CancellationToken | None = None) -> None:
         if type(message) is GroupChatRequestPublish:
             message = _REQUEST_TO_SPEAK
         await super().publish_message(message, topic_id, cancellation_token=cancellation_token)
+
+    async def _transition_to_next_speakers(self, cancellation_token: CancellationToken) -> None:
+        if type(self).select_speaker is not RoundRobinGroupChatManager.select_speaker or self._emit_team_events:
+            await super()._transition_to_next_speakers(cancellation_token)
+            return
+        # Mirrors BaseGroupChatManager._transition_to_next_speakers of autogen-agentchat 0.7.5 (pinned) for
+        # round-robin's choice (one speaker, no wait): a token already cancelled cancels the turn before the
+        # choice, as the linked future of the stock method is cancelled before its task runs; no selection
+        # event is made (the stock method makes one only to publish it when team events are emitted).
+        if cancellation_token.is_cancelled():
+            raise asyncio.CancelledError()
+        speaker_name = await self.select_speaker(self._message_thread)
+        assert isinstance(speaker_name, str)  # round-robin's choice is one name, of a participant
+        await _publish(self, _REQUEST_TO_SPEAK, _team_topic(self._participant_name_to_topic_type[speaker_name], self),
+                       cancellation_token)
+        self._active_speakers.append(speaker_name)

@@ -91,7 +91,8 @@ async def reset_team(team: Team, runtime: SingleThreadedAgentRuntime | None) -> 
         return
     await runtime.stop_when_idle()
     team_id = team._team_id
-    made = {agent_id.type: agent for agent_id, agent in runtime._instantiated_agents.items() if agent_id.key == team_id}
+    made = {agent_id._type: agent for agent_id, agent in runtime._instantiated_agents.items()  # AgentId's fields, read
+            if agent_id._key == team_id}
     context = MessageContext(sender=None, topic_id=None, is_rpc=True, cancellation_token=CancellationToken(), message_id=new_message_id())
     for agent_type in (*team._participant_topic_types, team._group_chat_manager_topic_type):
         agent = made.get(agent_type)  # (an AgentId would check its type against a pattern each time)

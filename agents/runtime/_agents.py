@@ -42,8 +42,7 @@ def lighten_agent(agent: Agent) -> None:
             agent._fifo_lock = LeanFIFOLock()  # type: ignore[assignment]  # stands in for it: nothing checks its class
         in_order = tuple(agent._sequential_message_types)
         shared_types = _in_order_types.setdefault(type(agent), in_order)
-        if shared_types == in_order:
-            agent._sequential_message_types = shared_types
+        agent._sequential_message_types = shared_types if shared_types == in_order else in_order  # a tuple: isinstance takes it
 
 
 class AgentFactory:
@@ -64,16 +63,36 @@ class AgentFactory:
         return self.make()
 
 
+_ROUTED, _SEQUENTIAL = 1, 2
+_routing_of: dict[type, int | None] = {}
+"""How each agent class routes its messages (see :func:`_routing`): one entry per class."""
+
+
+def _routing(kind: type) -> int | None:
+    """``_SEQUENTIAL`` for a class that routes as AgentChat's ``SequentialRoutedAgent``, ``_ROUTED`` as
+    ``RoutedAgent``, None for any other (its own ``on_message`` or ``on_message_impl``)."""
+    if kind.on_message is not BaseAgent.on_message:  # type: ignore[attr-defined]
+        return None
+    routing = getattr(kind, "on_message_impl", None)
+    if routing is SequentialRoutedAgent.on_message_impl:
+        return _SEQUENTIAL
+    return _ROUTED if routing is RoutedAgent.on_message_impl else None
+
+
 def _taken_in_order(agent: Agent, message: Any) -> bool | None:
     """Whether a routed agent (``RoutedAgent``, AgentChat's ``SequentialRoutedAgent``) handles
     ``message`` in the order received; None for any other agent, or one that routes its own way."""
     kind = type(agent)
-    if kind.on_message is not BaseAgent.on_message:
-        return None
-    routing = getattr(kind, "on_message_impl", None)
-    if routing is SequentialRoutedAgent.on_message_impl:
-        return any(isinstance(message, sequential) for sequential in agent._sequential_message_types)  # type: ignore[attr-defined]
-    return False if routing is RoutedAgent.on_message_impl else None
+    try:
+        routing = _routing_of[kind]
+    except KeyError:
+        routing = _routing_of[kind] = _routing(kind)
+    if routing == _SEQUENTIAL:
+        in_order = agent._sequential_message_types  # type: ignore[attr-defined]
+        if type(in_order) is tuple:  # as lighten_agent leaves it: one isinstance, not a generator
+            return isinstance(message, in_order)
+        return any(isinstance(message, sequential) for sequential in in_order)
+    return False if routing == _ROUTED else None
 
 
 async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:
@@ -85,13 +104,17 @@ async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published:
     in this one coroutine instead of four: the handler of a turn lasts as long as the turn, and each
     coroutine of the chain is kept for as long (any other agent is called as it is). A cancelled
     handler is not logged: its run was cancelled, nothing failed."""
-    handling = _HANDLING.set(agent.id)
+    in_order = _taken_in_order(agent, message)
+    handling = _HANDLING.set(agent.id if in_order is None else agent._id)  # type: ignore[attr-defined]  # a BaseAgent's id, read
     try:
-        in_order = _taken_in_order(agent, message)
         if in_order is None:
             return await agent.on_message(message, ctx)
         if in_order:  # processed in the order received
-            await agent._fifo_lock.acquire()  # type: ignore[attr-defined]
+            lock = agent._fifo_lock  # type: ignore[attr-defined]
+            if type(lock) is LeanFIFOLock and not lock._locked:
+                lock._locked = True  # LeanFIFOLock.acquire when free, without its coroutine
+            else:
+                await lock.acquire()
         try:
             handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
             if handlers is not None:

@@ -53,8 +53,16 @@ class LeanRunContext(RunContext):
 
     async def stop(self) -> None:
         self._stopped.set()
-        self._runtime._message_queue.shutdown(immediate=True)  # type: ignore[attr-defined]
+        if not self.left_clean():  # else nothing waits on the queue, nothing is in it: it serves the next run
+            self._runtime._message_queue.shutdown(immediate=True)  # type: ignore[attr-defined]
         await self._end_loop()
+
+    def left_clean(self) -> bool:
+        """No message loop was started, and the queue holds nothing and counts no unfinished handler:
+        the queue is as a new one (a message put on it after the stop waits for the next run, as on the
+        new queue the stock runtime makes when it stops)."""
+        queue: Any = self._runtime._message_queue
+        return self._run_task is None and not queue._is_shutdown and not queue._queue and queue._unfinished_tasks == 0
 
     async def stop_when_idle(self) -> None:
         await self._runtime._message_queue.join()

@@ -12,6 +12,7 @@ from typing import Any, Callable, Coroutine, Sequence
 from autogen_core import (
     EVENT_LOGGER_NAME,
     ROOT_LOGGER_NAME,
+    Agent,
     AgentId,
     AgentInstantiationContext,
     AgentType,
@@ -111,9 +112,16 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         self._spans = os.environ.get("AUTOGEN_DISABLE_RUNTIME_TRACING") != "true"
         if not self._spans:
             self._tracer_helper = _NoSpans()  # type: ignore[assignment]
+        self._unobserved_in_run: bool | None = None  # read once a run (start()); None while stopped
 
     def _unobserved(self) -> bool:
-        """Nothing reads the runtime's logs, event log or spans, and no handler intervenes."""
+        """Nothing reads the runtime's logs, event log or spans, and no handler intervenes. Read once
+        when a run starts (a run asks for every message it delivers: ~40 logger checks a request) and
+        kept until it stops: a logging level changed while a run goes on applies from the next run."""
+        unobserved = self._unobserved_in_run
+        return self._nobody_watches() if unobserved is None else unobserved
+
+    def _nobody_watches(self) -> bool:
         return not (self._spans or self._intervention_handlers or _logger.isEnabledFor(logging.INFO)
                     or _event_logger.isEnabledFor(logging.INFO))
 
@@ -128,19 +136,35 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
     def start(self) -> None:
         if self._run_context is not None:
             raise RuntimeError("Runtime is already started")  # as the stock runtime
+        self._unobserved_in_run = self._nobody_watches()
         self._run_context = LeanRunContext(self)
 
     async def stop(self) -> None:
-        try:
-            await super().stop()
-        finally:
-            self._message_queue = new_message_queue(self)  # instead of the stock runtime's fresh queue
+        await self._stop(idle=False)
 
     async def stop_when_idle(self) -> None:
+        await self._stop(idle=True)
+
+    async def _stop(self, *, idle: bool) -> None:
+        """Mirrors SingleThreadedAgentRuntime.stop and stop_when_idle of autogen-core 0.7.5 (pinned), which
+        make a new message queue each time (two, with the one Duet makes instead): a run whose messages all
+        went to their handlers at once leaves its queue as new (:meth:`LeanRunContext.left_clean`), and
+        the next run takes it; any other gets a new one. A pooled team's runtime stops after every request."""
+        run_context = self._run_context
+        if run_context is None:
+            raise RuntimeError("Runtime is not started")  # as the stock runtime
+        clean = False
         try:
-            await super().stop_when_idle()
+            if idle:
+                await run_context.stop_when_idle()
+            else:
+                await run_context.stop()
+            clean = run_context.left_clean()  # type: ignore[attr-defined]
         finally:
-            self._message_queue = new_message_queue(self)
+            self._run_context = None
+            if not clean:
+                self._message_queue = new_message_queue(self)
+            self._unobserved_in_run = None
 
     async def add_subscription(self, subscription: Subscription) -> None:
         await super().add_subscription(lean_subscription(subscription))
@@ -227,6 +251,9 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         cancellation_token: CancellationToken | None = None,
         message_id: str | None = None,
     ) -> None:
+        if self._delivers_at_once():  # unobserved: no log line, no event log, no span
+            await self._publish_at_once(message, topic_id, sender, cancellation_token, message_id)
+            return
         if message_id is None:
             message_id = new_message_id()
         if _logger.isEnabledFor(logging.INFO):
@@ -260,8 +287,65 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         the runtime runs, nothing observes it, no failure waits to be raised, and nothing is queued
         (so messages still start in the order they were sent)."""
         queue = self._message_queue
-        return (self._run_context is not None and self._background_exception is None and queue.empty()
-                and not queue._is_shutdown and self._unobserved())  # type: ignore[attr-defined]  # autogen-core's Queue's own
+        unobserved = self._unobserved_in_run  # set while a run goes on (the run context is set)
+        return (self._run_context is not None and self._background_exception is None and not queue._queue  # type: ignore[attr-defined]
+                and not queue._is_shutdown and (self._unobserved() if unobserved is None else unobserved))  # type: ignore[attr-defined]
+
+    async def _publish_at_once(self, message: Any, topic_id: TopicId, sender: AgentId | None,
+                               cancellation_token: CancellationToken | None, message_id: str | None) -> None:
+        """Delivers a published message as :meth:`_process_publish` does: a handler task for each
+        recipient, started in their order (``_process_publish`` is a task that gathers a task for
+        each), and no task at all for a message nobody but its sender subscribes to (the group chat
+        manager's log of a run's start and end). A recipient's agent not made yet is made here, before
+        any handler starts (``_process_publish`` makes it in its task, before it gathers): so a message
+        published next, to a recipient of this one, is handled after this one, as the group chat
+        manager expects. An agent that cannot be made fails the run as it fails ``_process_publish``."""
+        agents = []
+        try:
+            for agent_type, key in self._subscription_manager.recipients_now(topic_id):  # type: ignore[attr-defined]
+                if sender is not None and sender._type == agent_type and sender._key == key:
+                    continue  # not back to the sender (AgentId's own fields: its __eq__ compares them)
+                agent = self._made_agent(agent_type, key)
+                agents.append(agent if agent is not None else await self._get_agent(AgentId(agent_type, key)))
+        except BaseException as exc:  # noqa: BLE001 - kept for the runtime's stop, as in SingleThreadedAgentRuntime
+            if not self._ignore_unhandled_handler_exceptions:
+                self._background_exception = exc
+            return
+        if not agents:
+            return  # nobody to tell: no token, no message id
+        if cancellation_token is None:
+            cancellation_token = CancellationToken()
+        if message_id is None:
+            message_id = new_message_id()
+        for agent in agents:
+            context = MessageContext(sender=sender, topic_id=topic_id, is_rpc=False,
+                                     cancellation_token=cancellation_token,
+                                     message_id=message_id)
+            self._start_handler(self._handle_published(agent, message, context))
+
+    def _made_agent(self, agent_type: str, key: str) -> Agent | None:
+        """The agent of that type and key if it is made (a team's runtime holds a few: compared field
+        by field, without an ``AgentId``, which checks its type against a pattern)."""
+        made = self._instantiated_agents
+        if len(made) > 8:  # a runtime many teams share: the dict finds it
+            probe = AgentId.__new__(AgentId)
+            probe._type, probe._key = agent_type, key
+            return made.get(probe)
+        for agent_id, agent in made.items():
+            if agent_id._type == agent_type and agent_id._key == key:
+                return agent
+        return None
+
+    async def _handle_published(self, agent: Agent, message: Any, context: MessageContext) -> None:
+        """One recipient's delivery of a published message, in a handler task of its own, failing as a
+        delivery of ``_process_publish`` fails: kept for the runtime's stop."""
+        try:
+            await deliver(agent, message, context, published=True)
+        except BaseException as exc:  # noqa: BLE001 - kept for the runtime's stop, as in SingleThreadedAgentRuntime
+            if not self._ignore_unhandled_handler_exceptions:
+                self._background_exception = exc
+        finally:
+            self._message_queue.task_done()
 
     def _start_handler(self, handler: Coroutine[Any, Any, None]) -> None:
         """Runs ``handler`` (which ends with ``task_done()``) in a task of its own, as the message loop
@@ -270,7 +354,7 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         ``stop_when_idle`` waits for it."""
         queue = self._message_queue
         queue._unfinished_tasks += 1  # type: ignore[attr-defined]  # autogen-core's Queue's own
-        queue._finished.clear()  # type: ignore[attr-defined]
+        queue._finished._value = False  # type: ignore[attr-defined]  # its asyncio.Event's clear()
         task = asyncio.get_running_loop().create_task(handler)
         self._background_tasks.add(task)
         task.add_done_callback(self._handler_done)

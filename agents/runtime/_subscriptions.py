@@ -137,3 +137,34 @@ class SubscriptionsWithoutCache(SubscriptionManager):
 
     async def get_subscribed_recipients(self, topic: TopicId) -> list[AgentId]:
         return [subscription.map_to_agent(topic) for subscription in self._subscriptions if subscription.is_match(topic)]
+
+    def recipients_now(self, topic: TopicId) -> list[tuple[str, str]]:
+        """The agent type and key of each recipient of ``topic``, in the order of the subscriptions (as
+        :meth:`get_subscribed_recipients` finds them), without a coroutine and without an ``AgentId``
+        (each checks its type against a pattern): autogen-core's two kinds are matched here, field by
+        field, as their ``is_match`` and ``map_to_agent`` do (0.7.5, pinned); any other kind is asked."""
+        topic_type, key = topic.type, topic.source
+        found: list[tuple[str, str]] = []
+        for subscription in self._subscriptions:
+            kind = type(subscription)
+            if kind is LeanTypeSubscription or kind is TypeSubscription:
+                if subscription._topic_type == topic_type:  # type: ignore[attr-defined]
+                    found.append((subscription._agent_type, key))  # type: ignore[attr-defined]
+            elif kind is LeanTypePrefixSubscription or kind is TypePrefixSubscription:
+                # a direct-message prefix ("<type>:", kept as None) matches no topic without a colon: a team's
+                prefix = subscription._topic_type_prefix  # type: ignore[attr-defined]
+                if (":" in topic_type or prefix is not None) and _prefix_matches(subscription, topic_type):
+                    found.append((subscription._agent_type, key))  # type: ignore[attr-defined]
+            elif subscription.is_match(topic):
+                agent_id = subscription.map_to_agent(topic)
+                found.append((agent_id.type, agent_id.key))
+        return found
+
+
+def _prefix_matches(subscription: Any, topic_type: str) -> bool:
+    """``is_match`` of a (lean) ``TypePrefixSubscription``."""
+    prefix = subscription._topic_type_prefix
+    if prefix is not None:
+        return topic_type.startswith(prefix)
+    agent_type: str = subscription._agent_type
+    return topic_type.startswith(agent_type) and topic_type[len(agent_type):len(agent_type) + 1] == ":"

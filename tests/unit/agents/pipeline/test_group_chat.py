@@ -77,3 +77,62 @@ def test_every_turn_of_duets_team_is_requested_with_one_shared_message() -> None
     for kind in (LeanAgentRuntime, SingleThreadedAgentRuntime):
         assert asyncio.run(run_a_team_on(recording(kind))) == ["user", "first", "second"]
     assert len(requests) == 4 and len({id(request) for request in requests} | {id(shared)}) == 5
+
+
+def test_duets_round_robin_manager_chooses_the_next_speaker_without_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AgentChat runs each turn's choice of speaker as a task linked to the run's token; Duet's manager
+    asks round-robin's choice in its own task (none made, no callback left on the token), picks the
+    same speakers, and a token already cancelled cancels the turn before the choice, as the stock
+    method's cancelled future does."""
+    from autogen_core import CancellationToken
+    from duet.agents.pipeline._group_chat import RoundRobinManager
+
+    chosen_in_tasks: list[str] = []
+
+    stock_ensure_future = asyncio.ensure_future
+
+    def counting(awaitable: Any, **kwargs: Any) -> Any:
+        if asyncio.iscoroutine(awaitable) and awaitable.__qualname__.endswith("select_speaker"):
+            chosen_in_tasks.append(awaitable.__qualname__)
+        return stock_ensure_future(awaitable, **kwargs)
+
+    monkeypatch.setattr(asyncio, "ensure_future", counting)  # this test's spy, undone after it
+
+    async def run(duet_team: bool) -> list[str]:
+        return await run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False), duet_team=duet_team)
+
+    assert asyncio.run(run(duet_team=True)) == ["user", "first", "second"] and chosen_in_tasks == []
+    assert asyncio.run(run(duet_team=False)) == ["user", "first", "second"] and len(chosen_in_tasks) == 2
+
+    async def cancelled_turn() -> int:
+        manager = RoundRobinManager.__new__(RoundRobinManager)
+        manager._next_speaker_index, manager._emit_team_events = 0, False
+        token = CancellationToken()
+        token.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await manager._transition_to_next_speakers(token)
+        return manager._next_speaker_index
+
+    assert asyncio.run(cancelled_turn()) == 0  # the choice was not made
+
+
+def test_duets_team_publishes_what_a_stock_team_publishes_to_the_same_topics() -> None:
+    """Duet's container and manager make their topics without the pattern check and publish without
+    BaseAgent's coroutine: the same messages go to the same topics, in the same order, as a stock
+    team's; each topic is a DefaultTopicId equal to the one the stock code makes, sent by the agent."""
+    from autogen_core import DefaultTopicId
+
+    published: list[tuple[str, str]] = []
+
+    class Recording(LeanAgentRuntime):
+        async def publish_message(self, message: Any, topic_id: Any, *args: Any, **kwargs: Any) -> None:
+            assert type(topic_id) is DefaultTopicId and topic_id == DefaultTopicId(topic_id.type, topic_id.source)
+            assert kwargs["sender"] is not None and kwargs["sender"].key == topic_id.source
+            published.append((type(message).__name__, topic_id.type[:-37]))  # without "_<the team's uuid>"
+            await super().publish_message(message, topic_id, *args, **kwargs)
+
+    assert asyncio.run(run_a_team_on(Recording(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    duets = list(published)
+    published.clear()
+    assert asyncio.run(run_a_team_on(Recording(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    assert duets == published and ("GroupChatMessage", "output_topic") in duets and ("GroupChatAgentResponse", "group_topic") in duets

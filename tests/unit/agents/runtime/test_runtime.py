@@ -143,8 +143,9 @@ def test_an_unobserved_lean_runtime_delivers_the_same_with_fewer_tasks(monkeypat
     lean_received, lean_tasks = asyncio.run(_a_round_of_messages(lean))
     assert sorted(lean_received) == sorted(stock_received) == sorted(
         ["rpc hi", "re: hi", "alone to one", "both to two", "both to two"])
-    # a task fewer for the reply to the send that succeeded, for the publish with one subscriber, and the loop's
-    assert stock_tasks - lean_tasks == 3
+    # a task fewer for the reply to the send that succeeded, for the publish with one subscriber, for the one
+    # with two (a task for each, none to gather them), and the loop's
+    assert stock_tasks - lean_tasks == 4
 
 
 @pytest.mark.parametrize("observed_by", ["spans", "info"])
@@ -209,3 +210,200 @@ def test_a_lean_runtime_gives_back_the_room_of_its_handlers_once_none_runs(monke
 
     running, grown, after = asyncio.run(burst())
     assert running == 8 and grown > set().__sizeof__() and after == set().__sizeof__()
+
+
+async def _publishes_on_a_made_team(runtime: LeanAgentRuntime, fail: str = "") -> tuple[list[str], list[int]]:
+    """Three agents made by a first message each, then: a publish only its sender subscribes to, and
+    one to three recipients; what each received in the order their handlers started, and the tasks
+    each of the two publishes created. ``fail``: the agent whose handler raises."""
+    started: list[str] = []
+
+    def agent(name: str) -> Any:
+        async def handle(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            started.append(f"{name} {message.text}")
+            if name == fail and message.text == "all":
+                raise ValueError(f"{name} failed")
+        return handle
+
+    for name in ("a", "b", "c"):
+        await ClosureAgent.register_closure(runtime, name, agent(name), subscriptions=lambda name=name: [
+            TypeSubscription("all", name), TypeSubscription(f"own-{name}", name)])
+    loop = asyncio.get_running_loop()
+    created: list[int] = []
+
+    def counting_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created[-1] += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    runtime.start()
+    for name in ("a", "b", "c"):  # each agent made
+        await runtime.publish_message(Counted("made"), TopicId(f"own-{name}", "default"))
+    await asyncio.sleep(0.01)
+    started.clear()
+    loop.set_task_factory(counting_factory)
+    try:
+        for topic, sender in (("own-a", AgentId("a", "default")), ("all", None)):
+            created.append(0)
+            await runtime.publish_message(Counted(topic), TopicId(topic, "default"), sender=sender)
+    finally:
+        loop.set_task_factory(None)
+    return started, created
+
+
+def test_an_unobserved_lean_runtime_starts_a_task_per_recipient_and_none_for_a_publish_nobody_else_gets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a run's agents are made: a message published to a topic only its sender subscribes to
+    starts no task (it goes nowhere, as on the stock runtime); one with three recipients starts one
+    handler task for each, in the order of their subscriptions (the stock runtime: a task that
+    gathers a task for each); ``stop_when_idle`` waits for all of them."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> tuple[list[str], list[int]]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        started, created = await _publishes_on_a_made_team(runtime)
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        return started, created
+
+    started, created = asyncio.run(run())
+    assert started == ["a all", "b all", "c all"]
+    assert created == [0, 3]
+
+
+def test_a_failing_recipient_of_a_publish_still_fails_the_run(monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A handler task of one recipient that raises: the others run, the failure is logged as the stock
+    runtime logs it and raised by ``stop_when_idle``."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> list[str]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        started, _ = await _publishes_on_a_made_team(runtime, fail="b")
+        with pytest.raises(ValueError, match="b failed"):
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        return started
+
+    assert asyncio.run(run()) == ["a all", "b all", "c all"]
+    assert any(record.getMessage().startswith("Error processing publish message for b/default") for record in caplog.records)
+
+
+def test_a_lean_runtime_reads_whether_it_is_observed_when_a_run_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read once a run: INFO enabled for AutoGen's logger while a run goes on applies from the next run;
+    a stopped runtime reads it at each question."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+    autogen_logger = logging.getLogger("autogen_core")
+    level = autogen_logger.level
+
+    async def run() -> list[bool]:
+        runtime = LeanAgentRuntime()
+        seen = [runtime._unobserved()]
+        runtime.start()
+        autogen_logger.setLevel(logging.INFO)
+        seen.append(runtime._unobserved())
+        await runtime.stop_when_idle()
+        seen.append(runtime._unobserved())
+        runtime.start()
+        seen.append(runtime._unobserved())
+        await runtime.stop()
+        return seen
+
+    try:
+        autogen_logger.setLevel(logging.WARNING)
+        assert asyncio.run(run()) == [True, True, False, False]
+    finally:
+        autogen_logger.setLevel(level)
+
+
+def test_a_publish_to_agents_not_made_yet_is_handled_before_the_next_one_and_a_failed_factory_fails_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first message of a run to agents not made yet: they are made in the publishing task, so a
+    message published next to one of them is handled after it (a group chat manager's start, then its
+    request to speak); an agent whose factory raises fails the run as on the stock runtime."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> list[str]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        handled: list[str] = []
+
+        async def handle(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            handled.append(f"{ctx.topic_id.type if ctx.topic_id else ''} {message.text}")
+
+        for name in ("a", "b"):
+            await ClosureAgent.register_closure(runtime, name, handle, subscriptions=lambda name=name: [
+                TypeSubscription("all", name), TypeSubscription(f"own-{name}", name)])
+
+        def broken() -> Any:
+            raise RuntimeError("cannot make it")
+
+        await runtime.register_factory("broken", broken)
+        await runtime.add_subscription(TypeSubscription("to-broken", "broken"))
+        runtime.start()
+        await runtime.publish_message(Counted("start"), TopicId("all", "default"))
+        await runtime.publish_message(Counted("speak"), TopicId("own-a", "default"))
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        runtime.start()
+        await runtime.publish_message(Counted("lost"), TopicId("to-broken", "default"))
+        with pytest.raises(RuntimeError, match="cannot make it"):
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        return handled
+
+    assert asyncio.run(run()) == ["all start", "all start", "own-a speak"]
+
+
+def test_a_run_that_queued_nothing_leaves_its_queue_to_the_next_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stock runtime makes a new message queue each time it stops; a lean runtime whose messages
+    all went to their handlers at once keeps its queue (as new: empty, nothing unfinished, not shut
+    down) for the next run, and a message published while it is stopped waits for the next run, as on
+    the stock runtime's new queue. A run whose message loop ran (observed) ends with a new queue."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> tuple[list[str], list[bool]]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        received: list[str] = []
+
+        async def collect(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            received.append(message.text)
+
+        await ClosureAgent.register_closure(runtime, "collector", collect, subscriptions=lambda: [TypeSubscription("notes", "collector")])
+        kept: list[bool] = []
+        for text in ("first", "second"):
+            queue = runtime._message_queue
+            runtime.start()
+            await runtime.publish_message(Counted(text), TopicId("notes", "default"))
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+            kept.append(runtime._message_queue is queue)
+        await runtime.publish_message(Counted("while stopped"), TopicId("notes", "default"))
+        assert received == ["first", "second"]
+        queue = runtime._message_queue
+        runtime.start()  # the queued message starts the loop: this run ends with a new queue
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        kept.append(runtime._message_queue is queue)
+        return received, kept
+
+    assert asyncio.run(run()) == (["first", "second", "while stopped"], [True, True, False])
+
+
+def test_a_publish_on_a_runtime_with_many_agents_finds_its_recipient_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime many teams share holds more agents than a team's few: a made recipient is found by its
+    id (the dict), and only it gets the message."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> list[str]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        handled: list[str] = []
+
+        async def handle(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            handled.append(f"{_.id.type}/{_.id.key} {message.text}")
+
+        await ClosureAgent.register_closure(runtime, "many", handle, subscriptions=lambda: [TypeSubscription("notes", "many")])
+        runtime.start()
+        for key in range(12):
+            await runtime.publish_message(Counted("made"), TopicId("notes", str(key)))
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        assert len(runtime._instantiated_agents) == 12
+        handled.clear()
+        runtime.start()
+        await runtime.publish_message(Counted("to seven"), TopicId("notes", "7"))
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        return handled
+
+    assert asyncio.run(run()) == ["many/7 to seven"]

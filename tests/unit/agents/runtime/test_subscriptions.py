@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
@@ -101,3 +102,30 @@ def test_a_direct_message_subscription_keeps_no_prefix_string_and_matches_as_the
             assert lean.map_to_agent(topic_id) == stock.map_to_agent(topic_id)
     other = LeanTypePrefixSubscription("notes.", "writer")  # any other prefix is kept as given
     assert other.topic_type_prefix == "notes." and other.is_match(TopicId("notes.1", "k")) and other != lean
+
+
+def test_recipients_found_without_a_coroutine_are_those_autogen_core_finds_in_the_same_order() -> None:
+    """``recipients_now`` (the lean runtime's publish) finds, for every topic, the recipients the
+    subscriptions' own ``is_match`` and ``map_to_agent`` find, in the order of the subscriptions: both
+    of autogen-core's kinds, stock and lean, a direct-message prefix, and another kind."""
+    from autogen_core import DefaultSubscription, TypePrefixSubscription
+    from duet.agents.runtime._subscriptions import SubscriptionsWithoutCache, lean_subscription
+
+    class Shouting(TypeSubscription):  # another kind: asked, not matched field by field
+        def map_to_agent(self, topic_id: TopicId) -> Any:
+            from autogen_core import AgentId
+            return AgentId(self.agent_type, topic_id.source.upper())
+
+    made = [TypeSubscription("all", "a"), TypePrefixSubscription("b:", "b"), TypePrefixSubscription("al", "c"),
+            Shouting("all", "d"), TypeSubscription("one", "e"), TypePrefixSubscription("a:", "a"), DefaultSubscription("all", "f")]
+
+    async def check() -> None:
+        for lean in (False, True):
+            manager = SubscriptionsWithoutCache()
+            for subscription in made:
+                await manager.add_subscription(lean_subscription(subscription) if lean else subscription)
+            for topic in ("all", "one", "b:x", "b", "al:x", "a:b:c", "ab", "none"):
+                expected = [(agent.type, agent.key) for agent in await manager.get_subscribed_recipients(TopicId(topic, "key"))]
+                assert manager.recipients_now(TopicId(topic, "key")) == expected, (topic, lean)
+
+    asyncio.run(check())
