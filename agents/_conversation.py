@@ -43,6 +43,12 @@ MISSING_RESULT = "(the client sent no result for this call)"
 _new_user = UserMessage.__pydantic_validator__.validate_python
 _new_assistant = AssistantMessage.__pydantic_validator__.validate_python
 _new_system = SystemMessage.__pydantic_validator__.validate_python
+# Each message keeps pydantic's set of the fields it was given (216 bytes) for as long as the stream
+# lasts; every plain message of a role is given the same ones: one set of them serves all (as
+# duet._fields_set shares them; set with a C call, no Python frame per message).
+_share_fields = object.__setattr__
+_CONTENT_AND_SOURCE = {"content", "source"}  # a plain user or assistant message's
+_CONTENT = {"content"}  # a plain system message's
 
 
 class ConversationError(DuetError, ValueError):
@@ -198,14 +204,16 @@ def conversation_from_openai(messages: Sequence[Mapping[str, Any]]) -> list[LLMM
         if type(content) is str and not pending and not results:
             # Most of a long history: plain text of the three common roles, built without the checks
             # (and the error paths) that other content needs.
+            plain: LLMMessage | None = None
             if role == "user":
-                result.append(_new_user({"content": content, "source": "user"}))
-                continue
-            if role == "assistant" and "tool_calls" not in message and "function_call" not in message:
-                result.append(_new_assistant({"content": strip_think_blocks(content), "source": "assistant"}))
-                continue
-            if role == "system" or role == "developer":
-                result.append(_new_system({"content": content}))
+                plain, given = _new_user({"content": content, "source": "user"}), _CONTENT_AND_SOURCE
+            elif role == "assistant" and "tool_calls" not in message and "function_call" not in message:
+                plain, given = _new_assistant({"content": strip_think_blocks(content), "source": "assistant"}), _CONTENT_AND_SOURCE
+            elif role == "system" or role == "developer":
+                plain, given = _new_system({"content": content}), _CONTENT
+            if plain is not None:
+                _share_fields(plain, "__pydantic_fields_set__", given)
+                result.append(plain)
                 continue
         if role in ("tool", "function"):
             tool_turn.add_result(message, role, f"messages[{index}]")

@@ -46,6 +46,7 @@ from autogen_agentchat.messages import (
 from autogen_core import FunctionCall
 from autogen_core.models import LLMMessage, RequestUsage
 
+from duet._fields_set import share_fields_set
 from duet.agents._conversation import last_user_text
 from duet.agents._ids import new_message_id
 from duet.agents._names import ANSWERER_NAME  # noqa: F401 - the module docstring's example uses it
@@ -110,9 +111,9 @@ def task_messages(
     context that round was answered with."""
     # A copy of a message made once: the conversation is made of validated LLMMessages already, and
     # re-validating a long conversation (or model_construct's pass over the fields) would cost every request.
-    task: list[BaseChatMessage] = [
-        _TASK_HANDOFF.model_copy(update={"content": last_user_text(conversation) or "(continue)", "context": conversation, **_unset_fields()})
-    ]
+    handoff = _TASK_HANDOFF.model_copy(update={"content": last_user_text(conversation) or "(continue)", "context": conversation,
+                                               **_unset_fields()})
+    task: list[BaseChatMessage] = [share_fields_set(handoff, _TASK_HANDOFF.__pydantic_fields_set__)]  # kept as long as the stream
     if grounding:
         task.append(grounding_reply(GROUNDER_NAME, grounding))
     if earlier_reasoning is not None:
@@ -183,12 +184,18 @@ def grounding_reply(source: str, text: str) -> TextMessage:
 
 def reasoning_reply(source: str, text: str, usage: RequestUsage | None = None) -> TextMessage:
     """The reasoning agent's reply: its reasoning, marked so the answer agent reads it as such."""
-    return TextMessage(id=new_message_id(), source=source, content=text, metadata=_REASONING, models_usage=usage)
+    reply = TextMessage(id=new_message_id(), source=source, content=text, metadata=_REASONING, models_usage=usage)
+    return share_fields_set(reply, _REPLY_FIELDS)  # kept for the rest of the stream (the team's thread)
 
 
 def answer_reply(source: str, text: str, finish_reason: FinishReason, usage: RequestUsage | None = None) -> TextMessage:
     """The answer agent's reply, with the finish reason the client gets."""
-    return TextMessage(id=new_message_id(), source=source, content=text, metadata={_FINISH_REASON: finish_reason}, models_usage=usage)
+    reply = TextMessage(id=new_message_id(), source=source, content=text, metadata={_FINISH_REASON: finish_reason}, models_usage=usage)
+    return share_fields_set(reply, _REPLY_FIELDS)
+
+
+_REPLY_FIELDS = {"id", "source", "content", "metadata", "models_usage"}
+"""The fields a reply is given: one set of them for every reply (see :mod:`duet._fields_set`)."""
 
 
 def client_handoff(source: str, calls: Sequence[FunctionCall], turn: list[LLMMessage], usage: RequestUsage) -> HandoffMessage:

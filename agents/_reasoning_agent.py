@@ -28,7 +28,7 @@ from duet.agents._observe import observe_usage
 from duet.agents._options import ReasoningEffort
 from duet.agents.continuations import DEFAULT_REUSE_SECONDS, Continuation, ReasoningLedger, fingerprint
 from duet.agents._messages import read_grounding, read_task, reasoning_reply, restores_reasoning
-from duet.agents.upstream import derived_cache_key, streaming_create_args
+from duet.agents.upstream import STREAMED_TEXT_UNKEPT_ARG, OpenAICompatibleClient, derived_cache_key, streaming_create_args
 from duet.agents._run import DuetRun
 from duet.agents._text_parts import TextParts
 from duet.agents._thinking import ReasoningSplitter, opens_thinking, remember_thinking
@@ -288,9 +288,8 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
         result: CreateResult | None = None
         stopped = False
         limit_note = ""
-        create_args = {**effort.create_args, "prompt_cache_key": cache_key} if cache_key else effort.create_args
         stream = self._model_stream("reasoner", run, prompt, cancellation_token=call_token,
-                                    extra_create_args=streaming_create_args(self._model_client, create_args))
+                                    extra_create_args=self._create_args(effort, cache_key))
         try:
             async for piece in stream:
                 if isinstance(piece, CreateResult):
@@ -324,6 +323,14 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
             await stream.aclose()
         for event in self._end(prompt, splitter, parts, limit_note, result, run):
             yield event
+
+    def _create_args(self, effort: Effort, cache_key: str | None) -> Mapping[str, Any]:
+        """The model call's arguments: the effort's, the cache key; and, to Duet's own client, that the
+        reasoning is kept here (``parts``), not a second time in the stream's result, for as long as it streams."""
+        extra: dict[str, Any] = {"prompt_cache_key": cache_key} if cache_key else {}
+        if isinstance(self._model_client, OpenAICompatibleClient):
+            extra[STREAMED_TEXT_UNKEPT_ARG] = True
+        return streaming_create_args(self._model_client, {**effort.create_args, **extra} if extra else effort.create_args)
 
     def effort(self, run: DuetRun | None) -> Effort:
         """How much to think on ``run``'s request: the client's effort or budget (unless ignored), else the default."""

@@ -44,3 +44,23 @@ class TextParts:
     def __len__(self) -> int:
         """How many pieces were appended."""
         return len(self._blocks) * PIECES_PER_BLOCK + len(self._pieces)
+
+
+class UnkeptText(TextParts):
+    """Text whose reader keeps it itself: a stream's pieces are not kept a second time (see
+    ``STREAMED_TEXT_UNKEPT_ARG`` in :mod:`duet.agents.upstream`); it joins into ``""``.
+
+    >>> parts = UnkeptText()
+    >>> parts.append("dropped")
+    >>> parts.join(), len(parts)
+    ('', 0)
+    """
+
+    __slots__ = ()
+
+    def append(self, piece: str) -> None:
+        pass
+
+
+UNKEPT = UnkeptText()
+"""One :class:`UnkeptText` for every stream (it holds nothing)."""

@@ -16,6 +16,7 @@ from typing import AbstractSet, Any, Literal, Mapping
 
 from pydantic import BaseModel
 
+from duet._fields_set import every_field, share_fields_set
 from duet.agents import AnswerOptions, CacheMark, ReasoningEffort
 from duet.workbenches import ProxyTool, model_safe_name
 
@@ -114,4 +115,7 @@ def answer_options(asked: AskedOptions, tools: list[ProxyTool],
     options = AnswerOptions(tool_choice=tool_choice, create_args=create_args, single_tool_call=asked.single_tool_call,
                             reasoning_effort=asked.reasoning_effort, reasoning_budget=asked.reasoning_budget,
                             cache_marks=asked.cache_marks)
-    return options, tools
+    return share_fields_set(options, _EVERY_OPTION), tools  # kept as long as the stream: no set of its own
+
+
+_EVERY_OPTION = every_field(AnswerOptions)

@@ -10,6 +10,8 @@ Public API:
   ``model_info``;
 - :func:`streaming_create_args` — what a streamed call to any AutoGen client needs besides its
   options (the usage chunk); :func:`add_usage` — two usages summed;
+- :data:`STREAMED_TEXT_UNKEPT_ARG` — the call argument of a caller that keeps the streamed text itself
+  (the result then carries none of it);
 - :data:`CACHE_MARKS_ARG` — the call argument that hands the client a request's cache marks (sent
   where its upstream documents them: :mod:`~duet.agents.upstream._cache_hints`);
   :func:`derived_cache_key` — a ``prompt_cache_key`` for a stage's calls (the reasoner's);
@@ -25,7 +27,7 @@ upstreams take prompt-cache hints, and the marks on the wire), ``_result``, ``_t
 """
 
 from duet.agents.upstream._cache_hints import CACHE_MARKS_ARG, derived_cache_key
-from duet.agents.upstream._client import OpenAICompatibleClient
+from duet.agents.upstream._client import STREAMED_TEXT_UNKEPT_ARG, OpenAICompatibleClient
 from duet.agents.upstream._options import ANSWER_MODEL_INFO, ModelClientOptions, OpenAICompatibleClientConfig
 from duet.agents.upstream._result import UpstreamResult, add_usage
 from duet.agents.upstream._transform import streaming_create_args
@@ -39,6 +41,7 @@ __all__ = [
     "OpenAICompatibleClientConfig",
     "ReasoningSplitter",
     "ReasoningText",
+    "STREAMED_TEXT_UNKEPT_ARG",
     "UpstreamResult",
     "add_usage",
     "derived_cache_key",

@@ -26,7 +26,7 @@ from autogen_core import FunctionCall
 from duet import _wire_json as wire_json
 from duet.agents._errors import UpstreamConnectionError, UpstreamError, UpstreamProtocolError
 from duet.agents._model_reasoning import ReasoningField, details_text, merge_details
-from duet.agents._text_parts import TextParts
+from duet.agents._text_parts import UNKEPT, TextParts
 from duet.agents._thinking import OPEN_TAG, ReasoningText, strip_think_blocks
 from duet.agents._upstream_calls import UpstreamCall
 from duet.agents.upstream._errors import error_object
@@ -150,7 +150,9 @@ class StreamAccumulator:
     __slots__ = ("model", "awaiting_first_token", "first_piece", "ended", "done", "failure", "answered", "finish_reason",
                  "usage", "reasoning_field", "_joined_limit", "_pending_kind", "_content", "_thought", "_details", "_calls")
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, keep_text: bool = True) -> None:
+        """``keep_text=False``: the stream's reader keeps the text itself, and the result carries none
+        of it (its content ``""``, its thought ``None``; tool calls and usage as ever)."""
         self.model = model
         self.awaiting_first_token = True
         """No text (nor tool call) has come yet: the first is handed on alone, at once."""
@@ -172,8 +174,8 @@ class StreamAccumulator:
         self.finish_reason: str | None = None
         self.usage: Mapping[str, Any] | None = None
         self.reasoning_field: ReasoningField | None = None
-        self._content = TextParts()
-        self._thought = TextParts()
+        self._content = TextParts() if keep_text else UNKEPT
+        self._thought = TextParts() if keep_text else UNKEPT
         self._details: list[Any] = []  # reasoning_details fragments
         self._calls: defaultdict[int, ToolCallBuilder] = defaultdict(ToolCallBuilder)  # by index
 

@@ -102,6 +102,10 @@ MAX_ERROR_BODY = 64 * 1024
 """Bytes of an upstream's error answer read for its message (the rest is not read)."""
 MAX_JSON_BODY = 32 * 1024 * 1024
 """Largest plain-JSON answer accepted from an upstream that ignores ``stream: true``."""
+STREAMED_TEXT_UNKEPT_ARG = "duet_streamed_text_unkept"
+"""A ``create_stream`` argument (any value) from a caller that keeps the streamed text itself, as Duet's
+reasoning agent does: the stream's result then carries none of it (content ``""``, thought ``None``),
+so a long reasoning is not held twice while it streams. Never sent upstream."""
 
 
 class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleClientConfig]):
@@ -395,6 +399,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
     ) -> AsyncGenerator[Union[str, CreateResult], None]:
         if cancellation_token is not None and cancellation_token.is_cancelled():
             raise asyncio.CancelledError()
+        keep_text = STREAMED_TEXT_UNKEPT_ARG not in extra_create_args
+        if not keep_text:  # Duet's own argument, never a field of the request
+            extra_create_args = {name: value for name, value in extra_create_args.items() if name != STREAMED_TEXT_UNKEPT_ARG}
         body = self._request_body(messages, tools, tool_choice, json_output, extra_create_args)
         response = await self._open(body, cancellation_token)
         del body  # sent: not kept for as long as the answer streams
@@ -405,7 +412,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             return
         if content_type == "text/html":
             raise await self._unexpected_body(response, "an HTML page")
-        stream = StreamAccumulator(self._config.model)
+        stream = StreamAccumulator(self._config.model, keep_text)
         failure: UpstreamError | None = None
         cancelled = False
         try:

@@ -44,7 +44,7 @@ FACES: dict[str, list[str]] = {
     ],
     "duet.agents.upstream": [
         "ANSWER_MODEL_INFO", "CACHE_MARKS_ARG", "ModelClientOptions", "OpenAICompatibleClient", "OpenAICompatibleClientConfig",
-        "ReasoningSplitter", "ReasoningText", "UpstreamResult", "add_usage", "derived_cache_key", "streaming_create_args",
+        "ReasoningSplitter", "ReasoningText", "STREAMED_TEXT_UNKEPT_ARG", "UpstreamResult", "add_usage", "derived_cache_key", "streaming_create_args",
         "strip_think_blocks",
         "think_text",
     ],

@@ -50,6 +50,9 @@ def test_plain_text_turns_convert_like_every_other_turn() -> None:
         AssistantMessage(content="OK.", source="assistant"),
     ]
     assert [m.model_fields_set for m in conversation[:4]] == [{"content"}, {"content"}, {"content", "source"}, {"content", "source"}]
+    # A message keeps its set of given fields as long as the stream lasts: the plain ones of a kind share one.
+    assert conversation[0].model_fields_set is conversation[1].model_fields_set
+    assert conversation[2].model_fields_set is conversation[3].model_fields_set
 
 
 def test_conversation_repairs_and_strictness() -> None:

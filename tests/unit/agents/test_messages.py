@@ -55,6 +55,11 @@ def test_task_is_read_back_with_its_reasoning() -> None:
     tools_only = [*CONVERSATION, AssistantMessage(content=calls("f"), source="assistant"), results("f")]
     assert task_messages(tools_only)[0].content == "Weather in Paris?"  # the last user text names the task
     assert task_messages([results("f")])[0].content == "(continue)"
+    first, second = task_messages(list(CONVERSATION))[0], task_messages(tools_only)[0]
+    # Every task's handoff is given the same fields: one set of them serves all (not 728 bytes each).
+    assert first.model_fields_set is second.model_fields_set and "context" in first.model_fields_set
+    replies = [reasoning_reply(REASONER_NAME, "Think."), reasoning_reply(REASONER_NAME, "Again.")]
+    assert replies[0].model_fields_set is replies[1].model_fields_set and "models_usage" in replies[0].model_fields_set
 
 
 def test_every_reply_is_read_back_by_the_driver() -> None:

@@ -4,16 +4,21 @@ scripted ``ChatCompletionClient``: reasoning however it comes, closed when the d
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any, AsyncGenerator, Mapping
+
 import pytest
 from autogen_agentchat.messages import (
     TextMessage,
 )
 from autogen_core.models import (
+    CreateResult,
     FunctionExecutionResult,
     FunctionExecutionResultMessage,
 )
 from duet.agents import ReasoningAgent
 from duet.agents._messages import reasoning_reply
+from duet.agents.upstream import STREAMED_TEXT_UNKEPT_ARG, OpenAICompatibleClient
 
 from tests.agent_turns import (
     QUESTION,
@@ -24,6 +29,7 @@ from tests.agent_turns import (
     streamed,
 )
 from tests.scripted_model_client import ScriptedModelClient, ScriptedTurn, text_result
+from tests.scripted_upstream import Reply, ScriptedUpstream
 
 
 @pytest.mark.parametrize("pieces", SAME_THINKING.values(), ids=SAME_THINKING.keys())
@@ -48,6 +54,31 @@ def test_stop_after_thinking_closes_the_call_when_the_draft_begins(pieces: list[
     else:
         assert response.chat_message.content == "Check the units.Draft answer"  # type: ignore[union-attr]
         assert not call.closed_early and response.chat_message.models_usage.completion_tokens == 9  # type: ignore[union-attr]
+
+
+class _ArgumentsKept(OpenAICompatibleClient):
+    """Duet's client, keeping the ``extra_create_args`` of each call."""
+
+    arguments: list[Mapping[str, Any]]
+
+    def create_stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[str | CreateResult, None]:
+        self.__dict__.setdefault("arguments", []).append(dict(kwargs.get("extra_create_args", {})))
+        return super().create_stream(*args, **kwargs)
+
+
+def test_the_reasoning_is_kept_once_while_it_streams() -> None:
+    """Duet's own client is told the agent keeps the reasoning (its result then holds no second copy);
+    the reply holds it all, and the argument never reaches the upstream. Another client is not told."""
+    with ScriptedUpstream() as upstream:
+        upstream.script("r", Reply(reasoning=["Check ", "the units."], content=["Draft"]))
+        duets_client = _ArgumentsKept("r", upstream.base_url)
+        events, response = run_turn(ReasoningAgent("reasoner", duets_client), QUESTION)
+        asyncio.run(duets_client.close())
+        assert response.chat_message.content == "Check the units." and streamed(events) == ("Check the units.", "")  # type: ignore[union-attr]
+        assert STREAMED_TEXT_UNKEPT_ARG in duets_client.arguments[0] and STREAMED_TEXT_UNKEPT_ARG not in upstream.requests[-1].body
+    client = ScriptedModelClient(ScriptedTurn(SAME_THINKING["typed pieces (Duet's client)"], text_result("Draft answer")))
+    run_turn(ReasoningAgent("reasoner", client), QUESTION)
+    assert STREAMED_TEXT_UNKEPT_ARG not in client.calls[0].extra_create_args
 
 
 def test_reasoning_is_cut_at_max_reasoning_chars() -> None:

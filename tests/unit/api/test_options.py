@@ -24,6 +24,8 @@ def test_answer_options() -> None:
                    tool_choice={"type": "any", "disable_parallel_tool_use": True}, thinking={"type": "adaptive"})
     options = answer_options(wire, tools, set())
     assert options.tool_choice == "required"
+    # Every request's options are given all their fields: one set of them serves all (not 728 bytes each).
+    assert options.model_fields_set is answer_options(messages_request(), [], set()).model_fields_set
     assert options.create_args == {"max_tokens": 1024, "temperature": 0.2, "top_p": 0.9, "stop": ["END"], "user": "u1",
                                    "parallel_tool_calls": False}
     assert answer_options(messages_request(tool_choice={"type": "tool", "name": "Read"}), tools, set()).tool_choice == "Read"

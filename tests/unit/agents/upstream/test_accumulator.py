@@ -221,6 +221,19 @@ def test_a_tool_call_ends_the_wait_for_the_first_token_and_the_text_beside_it_is
     assert stream.result().thought == "r"
 
 
+
+def test_a_stream_whose_reader_keeps_the_text_keeps_none_of_it_and_hands_on_the_same_pieces() -> None:
+    reads = [[chunk({"reasoning_content": "Think"}), chunk({"reasoning_content": " more."})], [chunk({"content": "Said."})],
+             [chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{}"}}]}), chunk({}, "tool_calls")]]
+    kept, unkept = StreamAccumulator("m"), StreamAccumulator("m", keep_text=False)
+    assert [typed(kept.read(events)) for events in reads] == [typed(unkept.read(events)) for events in reads]
+    result = unkept.result()
+    assert result.content == [FunctionCall(id="c", name="f", arguments="{}")] and result.thought is None
+    assert kept.result().thought == "Said."
+    text_only = finished(StreamAccumulator("m", keep_text=False), [chunk({"reasoning_content": "r"}), chunk({"content": "a"}, "stop")])
+    assert text_only.result().content == "" and text_only.result().thought is None and text_only.result().finish_reason == "stop"
+
+
 # Usage and finish reason ----------------------------------------------------------------------------
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "completion_tokens_details": {"reasoning_tokens": 5}}

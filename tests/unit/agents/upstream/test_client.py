@@ -12,6 +12,7 @@ from autogen_core import CancellationToken
 from autogen_core.models import UserMessage
 from duet.agents import OpenAICompatibleClient, UpstreamConnectionError
 from duet.agents._thinking import ReasoningText
+from duet.agents.upstream import STREAMED_TEXT_UNKEPT_ARG
 
 from tests.scripted_upstream import Reply, ScriptedCall, ScriptedUpstream
 from tests.waiting import until
@@ -36,6 +37,24 @@ def test_model_client_reassembles_what_servers_send() -> None:
         with pytest.raises(UpstreamConnectionError):
             async for _ in client.create_stream([UserMessage(content="x", source="user")]):
                 pass
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        asyncio.run(main(upstream))
+
+
+def test_model_client_keeps_no_copy_of_the_text_its_caller_keeps() -> None:
+    """With ``STREAMED_TEXT_UNKEPT_ARG`` the pieces are the same, the result carries no text (its usage
+    as ever), and the argument is never sent upstream."""
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        upstream.script("m", Reply(reasoning=["r"], content=["c"]))
+        items = [item async for item in client.create_stream([UserMessage(content="x", source="user")],
+                                                             extra_create_args={STREAMED_TEXT_UNKEPT_ARG: True, "temperature": 0})]
+        result = items[-1]
+        assert items[:-1] == ["r", "c"] and result.content == "" and result.thought is None and result.usage.completion_tokens > 0
+        assert STREAMED_TEXT_UNKEPT_ARG not in upstream.requests[-1].body and upstream.requests[-1].body["temperature"] == 0
         await client.close()
 
     with ScriptedUpstream() as upstream:
