@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from contextvars import ContextVar
 from typing import Any, AsyncIterator, Callable, Final, Iterable, Protocol
 
@@ -351,12 +352,92 @@ class EventStreamResponse(Response):
             heartbeat.cancel()
 
 
+class _HeartbeatTicker:
+    """One timer of the event loop for the heartbeats of all the streams on it that share a
+    ``resolution``: each heartbeat waits in the slot (``resolution`` seconds wide) of its next check,
+    and the timer wakes for the earliest slot only. A stream's heartbeat costs an entry in a set where
+    it cost a timer of its own (uvloop's handle and libuv's timer: ~0.5 KB per open stream); a check
+    comes at most ``resolution`` late. Kept in :data:`_TICKERS` while it has heartbeats to check."""
+
+    __slots__ = ("_loop", "_resolution", "_slots", "_timer", "_armed")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float) -> None:
+        self._loop = loop
+        self._resolution = resolution
+        self._slots: dict[int, set[_Heartbeat]] = {}  # slot number (time // resolution) -> heartbeats due then
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed = 0  # the slot the timer wakes for
+
+    @staticmethod
+    def of(loop: asyncio.AbstractEventLoop, resolution: float) -> "_HeartbeatTicker":
+        ticker = _TICKERS.get((loop, resolution))
+        if ticker is None:
+            ticker = _TICKERS[loop, resolution] = _HeartbeatTicker(loop, resolution)
+        return ticker
+
+    def add(self, heartbeat: "_Heartbeat", when: float) -> int:
+        """Checks ``heartbeat`` at ``when`` (or up to ``resolution`` later); the slot it waits in."""
+        slot = math.ceil(when / self._resolution)
+        waiting = self._slots.get(slot)
+        if waiting is None:
+            waiting = self._slots[slot] = set()
+        waiting.add(heartbeat)
+        if self._timer is None or slot < self._armed:
+            self._arm(slot)
+        return slot
+
+    def discard(self, heartbeat: "_Heartbeat", slot: int) -> None:
+        waiting = self._slots.get(slot)
+        if waiting is None:
+            return
+        waiting.discard(heartbeat)
+        if not waiting:
+            del self._slots[slot]
+            if not self._slots:  # the last stream ended: no timer, no ticker left behind
+                self._stop()
+
+    def _arm(self, slot: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed = slot
+        self._timer = self._loop.call_at(slot * self._resolution, self._tick)
+
+    def _stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if _TICKERS.get((self._loop, self._resolution)) is self:
+            del _TICKERS[self._loop, self._resolution]
+
+    def _tick(self) -> None:
+        self._timer = None
+        # The armed slot is due even if the loop woke a hair early (its clock's resolution).
+        now = max(self._armed, int(self._loop.time() // self._resolution))
+        for slot in sorted(slot for slot in self._slots if slot <= now):
+            for heartbeat in self._slots.pop(slot):
+                heartbeat.check()
+        if self._slots:
+            if self._timer is None:
+                self._arm(min(self._slots))
+        else:
+            self._stop()
+
+
+_TICKERS: dict[tuple[asyncio.AbstractEventLoop, float], _HeartbeatTicker] = {}
+"""The heartbeat tickers with streams to check, by event loop and resolution."""
+
+TICKS_PER_INTERVAL = 8
+"""A heartbeat's checks come at most this fraction of the shorter of ``ping_interval`` and
+``write_timeout`` late (its ticker's resolution)."""
+
+
 class _Heartbeat:
     """Pings a quiet stream; cancels ``writer`` once a write has waited ``write_timeout`` for the
-    client. A timer of the event loop, not a task: a stream that is writing costs no task and no
-    coroutine for it; a task lives only while a ping is being written. :meth:`cancel` stops it."""
+    client. Checked by its loop's :class:`_HeartbeatTicker`, not a task or a timer of its own: a stream
+    that is writing costs no task, no coroutine and no timer for it; a task lives only while a ping is
+    being written. :meth:`cancel` stops it."""
 
-    __slots__ = ("_response", "_send", "_writer", "_keep_alive", "_loop", "_timer", "_ping")
+    __slots__ = ("_response", "_send", "_writer", "_keep_alive", "_loop", "_ticker", "_slot", "_ping")
 
     def __init__(self, response: EventStreamResponse, send: Send, writer: asyncio.Task[None], keep_alive: bytes) -> None:
         self._response = response
@@ -364,19 +445,22 @@ class _Heartbeat:
         self._writer = writer
         self._keep_alive = keep_alive
         self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
+        resolution = min(response._ping_interval, response._write_timeout) / TICKS_PER_INTERVAL
+        self._ticker = _HeartbeatTicker.of(self._loop, resolution)
+        self._slot: int | None = None  # where it waits in the ticker; None while not waiting
         self._ping: asyncio.Task[None] | None = None
-        self._check()
+        self.check()
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        if self._slot is not None:
+            self._ticker.discard(self, self._slot)
+            self._slot = None
         if self._ping is not None:
             self._ping.cancel()
 
-    def _check(self) -> None:
+    def check(self) -> None:
         response = self._response
-        self._timer = None
+        self._slot = None
         since = self._loop.time() - response._last_write
         if response._writing:
             if since >= response._write_timeout:
@@ -392,7 +476,7 @@ class _Heartbeat:
         else:
             # Also awake by the time a write that begins now may have waited too long.
             wait = min(response._ping_interval - since, response._write_timeout)
-        self._timer = self._loop.call_later(wait, self._check)
+        self._slot = self._ticker.add(self, self._loop.time() + wait)
 
     async def _write_ping(self) -> None:
         try:
@@ -403,7 +487,7 @@ class _Heartbeat:
             return
         finally:
             self._ping = None
-        self._check()
+        self.check()
 
     def _time_out(self) -> None:
         self._response.write_timed_out = True
