@@ -252,8 +252,8 @@ class EventStreamResponse(Response):
         self._direct.write(data)  # type: ignore[union-attr]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The stream is written in the request's own task (no writer task, no second coroutine waiting
-        # on it: ~1 KB per open stream): the client's hang-up and the server's stop interrupt it by
+        # The stream is written in the request's own task, one coroutine deep (no writer task, no second
+        # coroutine waiting on it: ~1.5 KB per open stream): the client's hang-up and the server's stop interrupt it by
         # cancelling this task while it writes (:meth:`_interrupt`), as the write timeout does.
         watcher = self._disconnected or watch_disconnect(scope, receive)
         watched = (watcher,) if self._stopped is None else (watcher, self._stopped)  # a tuple: no set for the stream's life
@@ -261,7 +261,22 @@ class EventStreamResponse(Response):
         for future in watched:
             future.add_done_callback(self._interrupt)
         try:
-            await self._write_until_interrupted(scope, receive, send, watcher)
+            try:
+                self._running = True
+                try:
+                    await self._run(scope, receive, send)
+                finally:
+                    self._running = False  # at once, before any other step: no interruption from here on
+            except asyncio.CancelledError:
+                interrupted = self._interrupted
+                if interrupted is None or asyncio.current_task().uncancel():  # type: ignore[union-attr]
+                    raise  # not (only) ours: the server ends every request
+                if interrupted is _STOPPED and not watcher.done():  # the server stops: end the stream properly
+                    await self._end_for_shutdown(scope, receive, send)
+                elif interrupted is _TOO_LATE:
+                    abandon_response(scope)
+            if self.write_timed_out:
+                abandon_response(scope)  # in the request's own task, where uvicorn logs
         finally:
             self._task = None
             for future in watched:
@@ -272,24 +287,6 @@ class EventStreamResponse(Response):
                 await cancel_and_wait(watcher)
             finally:
                 await self._source.close()
-
-    async def _write_until_interrupted(self, scope: Scope, receive: Receive, send: Send, watcher: asyncio.Future[None]) -> None:
-        try:
-            self._running = True
-            try:
-                await self._run(scope, receive, send)
-            finally:
-                self._running = False  # at once, before any other step: no interruption from here on
-        except asyncio.CancelledError:
-            interrupted = self._interrupted
-            if interrupted is None or asyncio.current_task().uncancel():  # type: ignore[union-attr]
-                raise  # not (only) ours: the server ends every request
-            if interrupted is _STOPPED and not watcher.done():  # the server stops: end the stream properly
-                await self._end_for_shutdown(scope, receive, send)
-            elif interrupted is _TOO_LATE:
-                abandon_response(scope)
-        if self.write_timed_out:
-            abandon_response(scope)  # in the request's own task, where uvicorn logs
 
     def _interrupt(self, future: asyncio.Future[None]) -> None:
         """The client has gone or the server stops (``future`` is done): the stream's writing is
