@@ -21,6 +21,8 @@ from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
 from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, TopicId, event
 from opentelemetry import trace
 
+from duet.agents.runtime import noted_at_once
+
 
 def _spans_recorded() -> bool:
     """Whether a tracer provider is set: without one, every span AgentChat opens is a no-op."""
@@ -82,6 +84,9 @@ class TurnContainer(ChatAgentContainer):
         await _publish(self, GroupChatMessage(message=message), _team_topic(self._output_topic_type, self), None)
 
 
+TurnContainer._noted_at_once = noted_at_once(TurnContainer)  # type: ignore[attr-defined]  # the task, others' replies: buffered
+
+
 _REQUEST_TO_SPEAK = GroupChatRequestPublish()
 
 
@@ -116,3 +121,6 @@ class RoundRobinManager(RoundRobinGroupChatManager):
         await _publish(self, _REQUEST_TO_SPEAK, _team_topic(self._participant_name_to_topic_type[speaker_name], self),
                        cancellation_token)
         self._active_speakers.append(speaker_name)
+
+
+RoundRobinManager._noted_at_once = noted_at_once(RoundRobinManager)  # type: ignore[attr-defined]  # an agent's message: queued
