@@ -14,10 +14,11 @@ from autogen_agentchat.teams._group_chat._events import (  # not exported (0.7.5
     GroupChatError,
     GroupChatMessage,
     GroupChatRequestPublish,
+    GroupChatTermination,
     SerializableException,
 )
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager  # not exported (0.7.5)
-from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
 from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, TopicId, event
 from opentelemetry import trace
 
@@ -105,6 +106,13 @@ class RoundRobinManager(RoundRobinGroupChatManager):
         if type(message) is GroupChatRequestPublish:
             message = _REQUEST_TO_SPEAK
         await super().publish_message(message, topic_id, cancellation_token=cancellation_token)
+
+    async def _signal_termination(self, message: StopMessage) -> None:
+        # Mirrors BaseGroupChatManager._signal_termination of autogen-agentchat 0.7.5 (pinned), its topic made
+        # without the pattern check (_team_topic).
+        termination_event = GroupChatTermination(message=message)
+        await _publish(self, termination_event, _team_topic(self._output_topic_type, self), None)
+        await self._output_message_queue.put(termination_event)
 
     async def _transition_to_next_speakers(self, cancellation_token: CancellationToken) -> None:
         if type(self).select_speaker is not RoundRobinGroupChatManager.select_speaker or self._emit_team_events:

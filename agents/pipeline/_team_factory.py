@@ -20,6 +20,7 @@ from duet.agents._answer_agent import AnswerAgent
 from duet.agents._base import DuetAgent, DuetAgentConfig
 from duet.agents._errors import TeamLoadError
 from duet.agents._grounding import GroundingAgent
+from duet.agents._ids import new_message_id
 from duet.agents._names import ANSWERER_NAME, REASONER_NAME
 from duet.agents.upstream import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from duet.agents.pipeline._pool import TeamSlot
@@ -90,7 +91,8 @@ class _InTurnOr(OrTerminationCondition):
         stops = [stop for condition in self._conditions if (stop := await condition(messages)) is not None]
         if not stops:
             return None
-        return StopMessage(content=", ".join(stop.content for stop in stops), source=", ".join(stop.source for stop in stops))
+        return StopMessage(id=new_message_id(),  # not uuid4's (a system call and a UUID object): _ids.new_message_id
+                           content=", ".join(stop.content for stop in stops), source=", ".join(stop.source for stop in stops))
 
 
 class _RoundRobinTeam(RoundRobinGroupChat):
