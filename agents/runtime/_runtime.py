@@ -32,7 +32,6 @@ from autogen_core.logging import AgentConstructionExceptionEvent, DeliveryStage,
 from duet.agents._ids import new_message_id
 from duet.agents.runtime._agents import AgentFactory, deliver, lighten_agent
 from duet.agents.runtime._loop import LeanRunContext, new_message_queue
-from duet.agents.runtime._queues import LeanFIFOLock
 from duet.agents.runtime._subscriptions import SubscriptionsWithoutCache, lean_subscription
 
 _logger = logging.getLogger(ROOT_LOGGER_NAME)  # where the stock runtime writes its INFO lines
@@ -72,17 +71,6 @@ def _log_sent(runtime: SingleThreadedAgentRuntime, message: Any, sender: AgentId
     if _event_logger.isEnabledFor(logging.INFO):
         _event_logger.info(MessageEvent(payload=runtime._try_serialize(message), sender=sender, receiver=receiver,
                                         kind=kind, delivery_stage=DeliveryStage.SEND))
-
-
-def _notes_at_once(agent: Agent, kind: type) -> bool:
-    """Whether ``agent``'s class only notes a message of type ``kind`` down (its ``_noted_at_once``: see
-    :func:`~duet.agents.runtime._agents.noted_at_once`) and its lock is free."""
-    try:
-        noted: frozenset[type] = agent._noted_at_once  # type: ignore[attr-defined]
-    except AttributeError:
-        return False
-    lock = agent._fifo_lock  # type: ignore[attr-defined]  # a SequentialRoutedAgent's (see noted_at_once)
-    return kind in noted and type(lock) is LeanFIFOLock and not lock._locked
 
 
 @types.coroutine
@@ -357,7 +345,11 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                                      cancellation_token=cancellation_token,
                                      message_id=message_id)
             handler = self._handle_published(agent, message, context)
-            if _notes_at_once(agent, kind):
+            try:  # the class only notes such a message down (its _noted_at_once: see noted_at_once), its lock free
+                noted = kind in agent._noted_at_once and not agent._fifo_lock._locked  # type: ignore[attr-defined]
+            except AttributeError:  # any other agent
+                noted = False
+            if noted:
                 if alone is None:  # before any task of this message is started: none overtakes another's message
                     handlers = self._background_tasks
                     alone = not handlers or (len(handlers) == 1 and asyncio.current_task() in handlers)
