@@ -14,12 +14,15 @@ from autogen_agentchat.teams._group_chat._events import (  # not exported (0.7.5
     GroupChatError,
     GroupChatMessage,
     GroupChatRequestPublish,
+    GroupChatTermination,
     SerializableException,
 )
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager  # not exported (0.7.5)
-from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
 from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, TopicId, event
 from opentelemetry import trace
+
+from duet.agents.runtime import noted_at_once
 
 
 def _spans_recorded() -> bool:
@@ -82,6 +85,9 @@ class TurnContainer(ChatAgentContainer):
         await _publish(self, GroupChatMessage(message=message), _team_topic(self._output_topic_type, self), None)
 
 
+TurnContainer._noted_at_once = noted_at_once(TurnContainer)  # type: ignore[attr-defined]  # the task, others' replies: buffered
+
+
 _REQUEST_TO_SPEAK = GroupChatRequestPublish()
 
 
@@ -101,6 +107,13 @@ class RoundRobinManager(RoundRobinGroupChatManager):
             message = _REQUEST_TO_SPEAK
         await super().publish_message(message, topic_id, cancellation_token=cancellation_token)
 
+    async def _signal_termination(self, message: StopMessage) -> None:
+        # Mirrors BaseGroupChatManager._signal_termination of autogen-agentchat 0.7.5 (pinned), its topic made
+        # without the pattern check (_team_topic).
+        termination_event = GroupChatTermination(message=message)
+        await _publish(self, termination_event, _team_topic(self._output_topic_type, self), None)
+        await self._output_message_queue.put(termination_event)
+
     async def _transition_to_next_speakers(self, cancellation_token: CancellationToken) -> None:
         if type(self).select_speaker is not RoundRobinGroupChatManager.select_speaker or self._emit_team_events:
             await super()._transition_to_next_speakers(cancellation_token)
@@ -116,3 +129,6 @@ class RoundRobinManager(RoundRobinGroupChatManager):
         await _publish(self, _REQUEST_TO_SPEAK, _team_topic(self._participant_name_to_topic_type[speaker_name], self),
                        cancellation_token)
         self._active_speakers.append(speaker_name)
+
+
+RoundRobinManager._noted_at_once = noted_at_once(RoundRobinManager)  # type: ignore[attr-defined]  # an agent's message: queued

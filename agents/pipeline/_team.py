@@ -70,6 +70,9 @@ def duet_termination() -> TerminationCondition:
     return HandoffTermination(CLIENT) | SourceMatchTermination([ANSWERER_NAME])
 
 
+_RESET = GroupChatReset()  # no fields, and its handlers only read its type: one serves every reset
+
+
 async def reset_team(team: Team, runtime: SingleThreadedAgentRuntime | None) -> None:
     """Resets a team that has finished a run, and stops ``runtime`` (the team's, started by the
     caller; ``None``: the team's embedded one) once every handler of the run is done.
@@ -97,7 +100,7 @@ async def reset_team(team: Team, runtime: SingleThreadedAgentRuntime | None) -> 
     for agent_type in (*team._participant_topic_types, team._group_chat_manager_topic_type):
         agent = made.get(agent_type)  # (an AgentId would check its type against a pattern each time)
         if agent is not None:
-            await agent.handle_reset(GroupChatReset(), context)  # type: ignore[attr-defined]
+            await agent.handle_reset(_RESET, context)  # type: ignore[attr-defined]
     output = team._output_message_queue
     while not output.empty():
         output.get_nowait()

@@ -9,7 +9,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from autogen_agentchat.base import OrTerminationCondition, Team, TerminationCondition
+from autogen_agentchat.base import OrTerminationCondition, Team, TerminatedException, TerminationCondition
+from autogen_agentchat.conditions import SourceMatchTermination
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, MessageFactory, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
@@ -20,6 +21,7 @@ from duet.agents._answer_agent import AnswerAgent
 from duet.agents._base import DuetAgent, DuetAgentConfig
 from duet.agents._errors import TeamLoadError
 from duet.agents._grounding import GroundingAgent
+from duet.agents._ids import new_message_id
 from duet.agents._names import ANSWERER_NAME, REASONER_NAME
 from duet.agents.upstream import ANSWER_MODEL_INFO, OpenAICompatibleClient
 from duet.agents.pipeline._pool import TeamSlot
@@ -90,7 +92,33 @@ class _InTurnOr(OrTerminationCondition):
         stops = [stop for condition in self._conditions if (stop := await condition(messages)) is not None]
         if not stops:
             return None
-        return StopMessage(content=", ".join(stop.content for stop in stops), source=", ".join(stop.source for stop in stops))
+        return StopMessage(id=new_message_id(),  # not uuid4's (a system call and a UUID object): _ids.new_message_id
+                           content=", ".join(stop.content for stop in stops), source=", ".join(stop.source for stop in stops))
+
+
+class _InTurnSourceMatch(SourceMatchTermination):
+    # SourceMatchTermination as Duet's served termination asks it (_InTurnOr): its stop message's id from
+    # _ids.new_message_id, not uuid4's default factory (a system call, a UUID object and its str). The stock
+    # docstring, label and provider: it dumps as the stock condition.
+    __doc__ = SourceMatchTermination.__doc__
+    component_label = "SourceMatchTermination"
+
+    async def __call__(self, messages: Sequence[BaseAgentEvent | BaseChatMessage]) -> StopMessage | None:
+        # Mirrors SourceMatchTermination.__call__ of autogen-agentchat 0.7.5 (pinned).
+        if self._terminated:
+            raise TerminatedException("Termination condition has already been reached")
+        for message in messages:
+            if message.source in self._sources:
+                self._terminated = True
+                return StopMessage(id=new_message_id(), content=f"'{message.source}' answered", source="SourceMatchTermination")
+        return None
+
+
+def _in_turn(condition: TerminationCondition) -> TerminationCondition:
+    """``condition``, or its in-turn kind when it is a stock ``SourceMatchTermination``."""
+    if type(condition) is SourceMatchTermination:
+        return _InTurnSourceMatch(condition._sources)  # its list of sources
+    return condition
 
 
 class _RoundRobinTeam(RoundRobinGroupChat):
@@ -292,7 +320,7 @@ class TeamFactory:
         ]
         termination: TerminationCondition | None
         if team.termination_condition == _DUET_TERMINATION:  # made, not loaded: the same two conditions, no validation
-            termination = _InTurnOr(*duet_termination()._conditions)  # type: ignore[attr-defined]
+            termination = _InTurnOr(*map(_in_turn, duet_termination()._conditions))  # type: ignore[attr-defined]
         else:
             termination = TerminationCondition.load_component(team.termination_condition) if team.termination_condition else None
         made = _RoundRobinTeam(

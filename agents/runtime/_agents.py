@@ -9,6 +9,8 @@ import asyncio
 import logging
 from typing import Any, Callable
 
+from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import FIFOLock, SequentialRoutedAgent  # not exported (0.7.5)
 from autogen_core import ROOT_LOGGER_NAME, Agent, BaseAgent, MessageContext, RoutedAgent
 from autogen_core._message_handler_context import MessageHandlerContext
@@ -93,6 +95,29 @@ def _taken_in_order(agent: Agent, message: Any) -> bool | None:
             return isinstance(message, in_order)
         return any(isinstance(message, sequential) for sequential in in_order)
     return False if routing == _ROUTED else None
+
+
+_NOTED_AT_ONCE = frozenset((
+    ChatAgentContainer.handle_start,  # the task's messages, into the agent's buffer
+    ChatAgentContainer.handle_agent_response,  # another agent's reply, into the buffer
+    ChatAgentContainer.handle_team_response,  # a team's replies, into the buffer
+    BaseGroupChatManager.handle_group_chat_message,  # an agent's message, into the team's output queue
+))
+"""AgentChat's handlers (0.7.5, pinned) that only note a message down: a list append or a put on the team's
+output queue (unbounded), nothing awaited, nothing published, nothing else changed (see :func:`notes_at_once`)."""
+
+
+def noted_at_once(agent_class: type[SequentialRoutedAgent]) -> frozenset[type]:
+    """The message types ``agent_class`` handles with one of AgentChat's handlers that only note a
+    message down (:data:`_NOTED_AT_ONCE`): the only handler of its type, not overridden. A class that
+    keeps them as its ``_noted_at_once`` has such messages handled in their publisher's step on an
+    unobserved lean runtime, while its lock is free and no other handler is under way
+    (:meth:`~duet.agents.runtime.LeanAgentRuntime._publish_at_once`)."""
+    by_type: dict[type, list[Any]] = {}
+    for handler in agent_class._discover_handlers():
+        for target in handler.target_types:
+            by_type.setdefault(target, []).append(handler)
+    return frozenset(target for target, handlers in by_type.items() if len(handlers) == 1 and handlers[0] in _NOTED_AT_ONCE)
 
 
 async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:

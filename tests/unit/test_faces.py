@@ -48,7 +48,7 @@ FACES: dict[str, list[str]] = {
         "strip_think_blocks",
         "think_text",
     ],
-    "duet.agents.runtime": ["HandOverQueue", "LeanAgentRuntime", "TeamRegistration", "lighten_queue"],
+    "duet.agents.runtime": ["HandOverQueue", "LeanAgentRuntime", "TeamRegistration", "lighten_queue", "noted_at_once"],
     "duet.workbenches": [
         "CachingToolSchema", "ClientSideToolError", "ContentCache", "DuetWorkbench", "FunctionToolSettings",
         "HttpServiceTool", "HttpToolSettings", "McpServer", "McpServerSettings", "McpServerTool", "McpServerUnavailable",

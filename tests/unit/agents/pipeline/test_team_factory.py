@@ -266,3 +266,33 @@ def test_team_factory_names_the_provider_that_broke() -> None:
     bad_field["config"]["participants"][0]["config"]["max_reasoning_chars"] = -1
     with pytest.raises(TeamLoadError, match=r"provider 'duet\.agents\.ReasoningAgent' \(agent\) failed to load"):
         TeamFactory(ComponentModel.model_validate(bad_field))
+
+
+def test_the_served_termination_stops_as_the_stock_one_with_an_id_drawn_without_uuid4(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Duet's termination as served (made, in turn): the answer's source stops it with the stock stop
+    message's content and source, and an id of ``new_message_id``'s (UUID-shaped), not a ``uuid4``."""
+    import uuid
+
+    from autogen_agentchat.base import TerminatedException
+    from autogen_agentchat.messages import TextMessage
+    from duet.agents._names import ANSWERER_NAME, REASONER_NAME
+    from duet.agents.pipeline._team import duet_termination
+
+    slot = TeamFactory(_component(answer=ReplayChatCompletionClient(["hi"])))()
+    served, stock = slot.team._termination_condition, duet_termination()  # type: ignore[attr-defined]
+    monkeypatch.setattr(uuid, "uuid4", lambda: pytest.fail("uuid4 drawn"))
+
+    async def main() -> None:
+        assert await served([TextMessage(id="r", source=REASONER_NAME, content="plan")]) is None
+        answer = [TextMessage(id="a", source=ANSWERER_NAME, content="hi")]
+        stop = await served(answer)
+        monkeypatch.undo()
+        expected = await stock(answer)
+        assert stop is not None and expected is not None and (stop.content, stop.source) == (expected.content, expected.source)
+        assert len(stop.id) == len(str(uuid.uuid4())) and served.terminated
+        with pytest.raises(TerminatedException):
+            await served._conditions[1](answer)
+        await served.reset()
+        assert not served.terminated
+
+    asyncio.run(main())

@@ -9,6 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer  # not exported (0.7.5)
+from autogen_agentchat.teams._group_chat._events import (  # not exported (0.7.5)
+    GroupChatAgentResponse,
+    GroupChatMessage,
+    GroupChatStart,
+    GroupChatTeamResponse,
+)
+from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._sequential_routed_agent import (
     SequentialRoutedAgent,
 )
@@ -16,9 +24,10 @@ from autogen_core import (
     AgentId,
     MessageContext,
     SingleThreadedAgentRuntime,
+    event,
     rpc,
 )
-from duet.agents.runtime import LeanAgentRuntime
+from duet.agents.runtime import LeanAgentRuntime, noted_at_once
 
 from tests.core_parts import run_a_team_on
 from tests.waiting import until
@@ -144,3 +153,16 @@ def test_a_routed_agent_on_a_lean_runtime_is_handed_its_message_in_one_coroutine
     names = asyncio.run(chain())
     assert names[0] == "_process_send" and "on_step" in names
     assert "on_message" not in names and "on_message_impl" not in names
+
+
+def test_the_messages_an_agent_class_only_notes_down_are_agentchats_note_taking_handlers_not_overridden() -> None:
+    """AgentChat's container buffers the task and the others' replies, its manager queues an agent's message
+    for the team's output; a class that handles one of them its own way does not note it down at once."""
+    class OwnReplies(ChatAgentContainer):
+        @event
+        async def handle_agent_response(self, message: GroupChatAgentResponse, ctx: MessageContext) -> None:
+            await asyncio.sleep(0)
+
+    assert noted_at_once(ChatAgentContainer) == {GroupChatStart, GroupChatAgentResponse, GroupChatTeamResponse}
+    assert noted_at_once(OwnReplies) == {GroupChatStart, GroupChatTeamResponse}
+    assert noted_at_once(RoundRobinGroupChatManager) == {GroupChatMessage}

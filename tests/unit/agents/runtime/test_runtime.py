@@ -20,7 +20,10 @@ from autogen_core import (
     SingleThreadedAgentRuntime,
     TopicId,
     TypeSubscription,
+    event,
 )
+from autogen_agentchat.teams._group_chat._sequential_routed_agent import SequentialRoutedAgent  # not exported (0.7.5)
+from autogen_core._message_handler_context import MessageHandlerContext
 from duet.agents.runtime import LeanAgentRuntime
 
 
@@ -407,3 +410,108 @@ def test_a_publish_on_a_runtime_with_many_agents_finds_its_recipient_by_id(monke
         return handled
 
     assert asyncio.run(run()) == ["many/7 to seven"]
+
+
+class _Noter(SequentialRoutedAgent):
+    """Notes each ``Counted`` down; its class says so (``_noted_at_once``), as Duet's team agents' do.
+    ``waits``: the handler waits for the event loop once before it notes."""
+
+    _noted_at_once = frozenset({Counted})
+
+    def __init__(self, waits: bool, noted: list[str]) -> None:
+        super().__init__("notes messages down", sequential_message_types=[Counted])
+        self.noted = noted
+        self.handling: list[AgentId | None] = []
+        self._waits = waits
+
+    @event
+    async def note(self, message: Counted, ctx: MessageContext) -> None:
+        if self._waits:
+            await asyncio.sleep(0)
+        self.handling.append(MessageHandlerContext.agent_id())
+        self.noted.append(message.text)
+
+
+async def _a_noter(runtime: LeanAgentRuntime, *, waits: bool = False) -> tuple[_Noter, list[int]]:
+    """A started runtime with a made ``_Noter`` subscribed to "notes" and a closure agent to "other";
+    the count of tasks created from here on (one entry, counted by a task factory set on the loop). Both
+    write what they handled into the noter's ``noted``."""
+    noted: list[str] = []
+    await runtime.register_factory("noter", lambda: _Noter(waits, noted))
+    await runtime.add_subscription(TypeSubscription("notes", "noter"))
+
+    async def other(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+        noted.append(f"other {message.text}")
+
+    await ClosureAgent.register_closure(runtime, "other", other, subscriptions=lambda: [TypeSubscription("other", "other")])
+    runtime.start()
+    noter = await runtime._get_agent(AgentId("noter", "default"))
+    created = [0]
+
+    def counting_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created[0] += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    asyncio.get_running_loop().set_task_factory(counting_factory)
+    assert isinstance(noter, _Noter)
+    return noter, created
+
+
+def test_a_message_its_recipient_only_notes_down_is_handled_in_the_publishers_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No handler under way and the recipient's class notes the message down: handled before the publish
+    returns, without a task, in the recipient's handler context (not left set in the publisher's)."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> None:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        noter, created = await _a_noter(runtime)
+        try:
+            await runtime.publish_message(Counted("one"), TopicId("notes", "default"))
+            assert noter.noted == ["one"] and created == [0]
+            assert noter.handling == [AgentId("noter", "default")]
+            with pytest.raises(RuntimeError):
+                MessageHandlerContext.agent_id()  # the publisher's context: no handler's
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        finally:
+            asyncio.get_running_loop().set_task_factory(None)
+
+    asyncio.run(run())
+
+
+def test_a_noted_message_whose_handler_waits_goes_on_in_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler that waits after all: its first step in the publisher's, the rest in a task from where it
+    waited (in the handler's context), counted until done: ``stop_when_idle`` waits for it."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> None:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        noter, created = await _a_noter(runtime, waits=True)
+        try:
+            await runtime.publish_message(Counted("one"), TopicId("notes", "default"))
+            assert noter.noted == [] and created == [1]
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+            assert noter.noted == ["one"] and noter.handling == [AgentId("noter", "default")]
+        finally:
+            asyncio.get_running_loop().set_task_factory(None)
+
+    asyncio.run(run())
+
+
+def test_a_noted_message_does_not_overtake_a_handler_waiting_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another message's handler task not started yet: the noted message gets a task of its own too, and
+    the handlers run in the order their messages were published."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> None:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        noter, created = await _a_noter(runtime)
+        try:
+            await runtime.publish_message(Counted("first"), TopicId("other", "default"))
+            await runtime.publish_message(Counted("second"), TopicId("notes", "default"))
+            assert noter.noted == [] and created == [2]
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+            assert noter.noted == ["other first", "second"]
+        finally:
+            asyncio.get_running_loop().set_task_factory(None)
+
+    asyncio.run(run())
