@@ -422,13 +422,8 @@ class Duet:
     async def _settle(self, slot: TeamSlot, clean: bool) -> None:
         """Resets a team that finished cleanly and returns it to the pool; closes any other."""
         if clean:
-            try:
-                await reset_team(slot.team, slot.runtime)
-            except Exception:  # a team that cannot reset is not reused
-                logger.exception("closing a team that failed to reset")
-            else:
-                if self._pool.release(slot):
-                    return
+            if await _reset(slot) and self._pool.release(slot):
+                return
         elif isinstance(slot.runtime, LeanAgentRuntime):
             await slot.runtime.stop_after_handlers(SETTLE_TIMEOUT)
         elif slot.runtime is not None:
@@ -436,6 +431,21 @@ class Duet:
             with contextlib.suppress(BaseException):
                 await slot.runtime.stop()
         await slot.close()
+
+
+async def _reset(slot: TeamSlot) -> bool:
+    """Resets a team that finished cleanly, for reuse; False (logged) when it cannot be reset in time:
+    a handler of the run that never ends must not hold the run's task, or its team, for ever."""
+    try:
+        async with asyncio.timeout(SETTLE_TIMEOUT):
+            await reset_team(slot.team, slot.runtime)
+    except Exception:  # a team that cannot reset is not reused
+        logger.exception("closing a team that failed to reset")
+        if slot.runtime is not None:
+            for handler in list(slot.runtime._background_tasks):  # what still runs of the run (autogen-core 0.7.5's own set)
+                handler.cancel()
+        return False
+    return True
 
 
 def _restored_positions(sent: Sequence[LLMMessage], conversation: Sequence[LLMMessage], anchors: Mapping[int, object]) -> dict[int, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer  # not exported (0.7.5)
@@ -120,6 +120,14 @@ def noted_at_once(agent_class: type[SequentialRoutedAgent]) -> frozenset[type]:
     return frozenset(target for target, handlers in by_type.items() if len(handlers) == 1 and handlers[0] in _NOTED_AT_ONCE)
 
 
+def _take(lock: Any) -> Awaitable[Any] | None:
+    """Takes a free ``LeanFIFOLock`` without the coroutine of its ``acquire``; else the ``acquire`` to await."""
+    if type(lock) is LeanFIFOLock and not lock._locked:
+        lock._locked = True
+        return None
+    return lock.acquire()
+
+
 async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:
     """``agent.on_message(message, ctx)`` in the agent's handler context (``MessageHandlerContext``, set
     as ``populate_context`` sets it, without a generator); a published message's failure is logged as
@@ -135,11 +143,9 @@ async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published:
         if in_order is None:
             return await agent.on_message(message, ctx)
         if in_order:  # processed in the order received
-            lock = agent._fifo_lock  # type: ignore[attr-defined]
-            if type(lock) is LeanFIFOLock and not lock._locked:
-                lock._locked = True  # LeanFIFOLock.acquire when free, without its coroutine
-            else:
-                await lock.acquire()
+            waiting = _take(agent._fifo_lock)  # type: ignore[attr-defined]
+            if waiting is not None:
+                await waiting
         try:
             handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
             if handlers is not None:

@@ -41,6 +41,16 @@ def lighten_queue(queue: Any) -> Any:
     return queue
 
 
+def unbind_finished(queue: Any) -> None:
+    """Gives a queue a runtime's next run takes over a new ``join()`` event (set: the queue holds
+    nothing) if its own was waited on: an ``asyncio.Event`` is bound to the loop of its first wait, and
+    the next run may be on another loop (the stock runtime makes a new queue at every stop)."""
+    if getattr(queue._finished, "_loop", None) is not None:
+        finished = _FirstWaitEvent()
+        finished.set()
+        queue._finished = finished
+
+
 class LinesMadeOnUse:
     """For a queue class (``asyncio.Queue`` or autogen-core's copy of it: the same fields; 0.7.5,
     pinned): its items' and its getters' deques (~760 bytes each) are made by the first put and the

@@ -32,6 +32,7 @@ from autogen_core.logging import AgentConstructionExceptionEvent, DeliveryStage,
 from duet.agents._ids import new_message_id
 from duet.agents.runtime._agents import AgentFactory, deliver, lighten_agent
 from duet.agents.runtime._loop import LeanRunContext, new_message_queue
+from duet.agents.runtime._queues import unbind_finished
 from duet.agents.runtime._subscriptions import SubscriptionsWithoutCache, lean_subscription
 
 _logger = logging.getLogger(ROOT_LOGGER_NAME)  # where the stock runtime writes its INFO lines
@@ -185,6 +186,17 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             self._run_context = None
             if not clean:
                 self._message_queue = new_message_queue(self)
+            else:
+                unbind_finished(self._message_queue)  # the next run may be on another event loop
+            self._unobserved_in_run = None
+
+    async def stop_when(self, condition: Callable[[], bool]) -> None:
+        """As the stock runtime's, with a lean message queue for the next run (the stock one makes a plain
+        queue, which would never start :class:`LeanRunContext`'s loop)."""
+        try:
+            await super().stop_when(condition)
+        finally:
+            self._message_queue = new_message_queue(self)
             self._unobserved_in_run = None
 
     async def add_subscription(self, subscription: Subscription) -> None:
@@ -328,6 +340,8 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                     continue  # not back to the sender (AgentId's own fields: its __eq__ compares them)
                 agent = self._made_agent(agent_type, key)
                 agents.append(agent if agent is not None else await self._get_agent(AgentId(agent_type, key)))
+        except asyncio.CancelledError:
+            raise  # the publisher was cancelled while an agent was made: it is told, nothing is delivered
         except BaseException as exc:  # noqa: BLE001 - kept for the runtime's stop, as in SingleThreadedAgentRuntime
             if not self._ignore_unhandled_handler_exceptions:
                 self._background_exception = exc

@@ -234,6 +234,11 @@ class StreamAccumulator:
             if delta.get("tool_calls"):
                 limit = JOINED_CHUNKS  # a call is handed on whole, at its end: nothing to hurry
                 self._add_tool_deltas(delta["tool_calls"])
+        return self._read_ends(pieces, pending, pending_kind, limit)
+
+    def _read_ends(self, pieces: list[str], pending: list[str], pending_kind: type[str], limit: int) -> list[str]:
+        """The end of :meth:`read`: what is pending goes out with this read's pieces, and what the
+        next read goes on from is kept."""
         if pending:
             pieces.append(pending_kind("".join(pending)))
         self._pending_kind, self._joined_limit = pending_kind, limit

@@ -12,7 +12,7 @@ from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, UserMessage
 
 from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
-from duet.agents.pipeline._duet import _restored_positions
+from duet.agents.pipeline._duet import _reset, _restored_positions
 from duet.agents.pipeline._stream import EventChannel
 from tests.conftest import ANSWER, REASONER, ROOT
 from tests.scripted_upstream import Reply, ScriptedUpstream
@@ -186,3 +186,31 @@ def test_restored_positions_follow_the_spliced_rounds() -> None:
     sent = [UserMessage(content="Q", source="user"), calls("c1"), results("c1"), calls("c2"), results("c2")]
     restored = [sent[0], calls("s0"), results("s0"), calls("s1", "c1"), results("s1", "c1"), calls("c2"), results("c2")]
     assert _restored_positions(sent, restored, {0: "", 2: "", 4: ""}) == {0: 0, 2: 4, 4: 6}
+
+
+def test_a_team_that_cannot_reset_in_time_is_not_reused_and_what_still_runs_of_it_is_cancelled(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A handler of a clean run that never ends would hold the team's reset (it waits for the runtime to be
+    idle), so the run's task and its team, for ever: the reset is bounded, the team closed, the handler cancelled."""
+    from duet.agents.pipeline import _duet
+    from duet.agents.pipeline._pool import TeamSlot
+    from duet.agents.runtime import LeanAgentRuntime
+
+    monkeypatch.setattr(_duet, "SETTLE_TIMEOUT", 0.2)
+
+    async def run() -> tuple[bool, bool]:
+        runtime = LeanAgentRuntime()
+        runtime.start()
+        stuck = asyncio.ensure_future(asyncio.Event().wait())
+        runtime._background_tasks.add(stuck)
+
+        async def never_idle(team: object, team_runtime: object) -> None:
+            await asyncio.Event().wait()
+
+        monkeypatch.setattr(_duet, "reset_team", never_idle)
+        reset = await asyncio.wait_for(_reset(TeamSlot(team=None, runtime=runtime)), 5)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        return reset, stuck.cancelled()
+
+    assert asyncio.run(run()) == (False, True)
+    assert "closing a team that failed to reset" in caplog.text

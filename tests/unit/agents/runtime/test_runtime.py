@@ -515,3 +515,79 @@ def test_a_noted_message_does_not_overtake_a_handler_waiting_to_start(monkeypatc
             asyncio.get_running_loop().set_task_factory(None)
 
     asyncio.run(run())
+
+
+def test_a_publisher_cancelled_while_an_agent_is_made_is_told_and_the_run_is_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent made by an async factory in the publishing task: a cancellation of the publisher meanwhile
+    reaches the publisher (not kept as the run's failure, for ``stop_when_idle`` to raise later)."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> None:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        making = asyncio.Event()
+
+        async def slow() -> Any:
+            making.set()
+            await asyncio.Event().wait()  # cancelled below
+
+        await runtime.register_factory("slow", slow)
+        await runtime.add_subscription(TypeSubscription("to-slow", "slow"))
+        runtime.start()
+        publisher = asyncio.create_task(runtime.publish_message(Counted("lost"), TopicId("to-slow", "default")))
+        await asyncio.wait_for(making.wait(), 5)
+        publisher.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await publisher
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)  # nothing kept to raise
+
+    asyncio.run(run())
+
+
+def test_a_kept_queue_serves_a_next_run_on_another_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that waited for its handlers (``stop_when_idle``) bound its queue's ``join()`` event to its
+    loop; the queue it leaves to the next run is not bound, so that run may be on another loop."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    received: list[str] = []
+
+    async def collect(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+        await asyncio.sleep(0)  # the stop waits for it
+        received.append(message.text)
+
+    async def one_run(text: str, register: bool) -> None:
+        if register:
+            await ClosureAgent.register_closure(runtime, "collector", collect, subscriptions=lambda: [TypeSubscription("notes", "collector")])
+        runtime.start()
+        await runtime.publish_message(Counted(text), TopicId("notes", "default"))
+        await asyncio.wait_for(runtime.stop_when_idle(), 5)
+
+    asyncio.run(one_run("first", True))
+    asyncio.run(one_run("second", False))
+    assert received == ["first", "second"]
+
+
+def test_stop_when_leaves_a_lean_queue_for_the_next_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stop_when`` (legacy): the next run still delivers, observed or not (the stock method would leave
+    a plain queue, whose messages no lean run context's loop takes)."""
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+
+    async def run() -> list[str]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        received: list[str] = []
+
+        async def collect(_: ClosureContext, message: Counted, ctx: MessageContext) -> None:
+            received.append(message.text)
+
+        await ClosureAgent.register_closure(runtime, "collector", collect, subscriptions=lambda: [TypeSubscription("notes", "collector")])
+        runtime.start()
+        await asyncio.wait_for(runtime.stop_when(lambda: True), 5)
+        logging.getLogger("autogen_core").setLevel(logging.INFO)  # observed: through the queue and its loop
+        try:
+            runtime.start()
+            await runtime.publish_message(Counted("after"), TopicId("notes", "default"))
+            await asyncio.wait_for(runtime.stop_when_idle(), 5)
+        finally:
+            logging.getLogger("autogen_core").setLevel(logging.NOTSET)
+        return received
+
+    assert asyncio.run(run()) == ["after"]
