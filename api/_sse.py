@@ -3,7 +3,7 @@ alive, and can still answer with a proper error status if the stream fails befor
 
 Starlette's ``StreamingResponse`` on ASGI 2.4 servers learns of a disconnect only when a write
 fails, which during a long silent stretch (a model still thinking) can be minutes later. Here a
-watcher waits for ``http.disconnect`` and cancels the writer, whose source then cancels the duet's
+watcher waits for ``http.disconnect`` and cancels the stream's writing, whose source then cancels the duet's
 model calls. A heartbeat writes the protocol's keep-alive (OpenAI's ``: ping``) when nothing was sent for ``ping_interval``, and stops a
 stream whose client has not taken a write for ``write_timeout`` (a client that stopped reading):
 the source is closed as for a hang-up, so the duet's model calls stop too. When the server's drain
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from contextvars import ContextVar
-from typing import Any, AsyncIterator, Callable, Final, Iterable, Protocol
+from typing import Any, AsyncIterator, Callable, Final, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -175,25 +176,6 @@ class TimedWriteResponse(Response):
         await write_with_timeout(scope, send, self._wrapped, self._write_timeout)
 
 
-async def wait_first(futures: Iterable[asyncio.Future[Any]]) -> None:
-    """Returns when one of ``futures`` is done: ``asyncio.wait(futures, return_when=FIRST_COMPLETED)``
-    without the second coroutine and the three sets it keeps for as long as it waits (a stream's
-    whole life)."""
-    first = asyncio.get_running_loop().create_future()
-
-    def wake(_: object) -> None:
-        if not first.done():
-            first.set_result(None)
-
-    for future in futures:
-        future.add_done_callback(wake)
-    try:
-        await first
-    finally:
-        for future in futures:
-            future.remove_done_callback(wake)  # the server's stop signal outlives the stream
-
-
 def watch_disconnect(scope: Scope, receive: Receive, then: Callable[[], object] | None = None) -> asyncio.Future[None]:
     """A future done when the client has gone (or the response is complete); ``then`` is called
     first, so whoever wakes for the future finds what it cancels cancelled (with the edge server's
@@ -215,6 +197,9 @@ async def wait_for_disconnect(receive: Receive, then: Callable[[], object] | Non
         pass
     if then is not None:
         then()
+
+
+_GONE, _STOPPED, _TOO_LATE = object(), object(), object()  # why a stream's writing was interrupted
 
 
 class EventStreamResponse(Response):
@@ -252,6 +237,10 @@ class EventStreamResponse(Response):
         self.write_timed_out = False
         self._direct: DirectWrites | None = None  # the edge server's, once the status line is out
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None  # the request's, while it writes the stream
+        self._running = False  # the stream is being written (and may be interrupted)
+        self._interrupted: object = None  # why its writing was cancelled: _GONE, _STOPPED, _TOO_LATE
+        self._late: asyncio.TimerHandle | None = None  # the end of an error response's time to finish at a stop
 
     def writable(self) -> bool:
         """:class:`DirectWrites` for the source: the edge server's, while no ``send`` is under way."""
@@ -263,32 +252,66 @@ class EventStreamResponse(Response):
         self._direct.write(data)  # type: ignore[union-attr]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        writer = asyncio.create_task(self._run(scope, receive, send))
+        # The stream is written in the request's own task, one coroutine deep (no writer task, no second
+        # coroutine waiting on it: ~1.5 KB per open stream): the client's hang-up and the server's stop interrupt it by
+        # cancelling this task while it writes (:meth:`_interrupt`), as the write timeout does.
         watcher = self._disconnected or watch_disconnect(scope, receive)
-        waits = (writer, watcher) if self._stopped is None else (writer, watcher, self._stopped)  # a tuple: no set for the stream's life
+        watched = (watcher,) if self._stopped is None else (watcher, self._stopped)  # a tuple: no set for the stream's life
+        self._task = asyncio.current_task()
+        for future in watched:
+            future.add_done_callback(self._interrupt)
         try:
-            await wait_first(waits)
+            try:
+                self._running = True
+                try:
+                    await self._run(scope, receive, send)
+                finally:
+                    self._running = False  # at once, before any other step: no interruption from here on
+            except asyncio.CancelledError:
+                interrupted = self._interrupted
+                if interrupted is None or asyncio.current_task().uncancel():  # type: ignore[union-attr]
+                    raise  # not (only) ours: the server ends every request
+                if interrupted is _STOPPED and not watcher.done():  # the server stops: end the stream properly
+                    await self._end_for_shutdown(scope, receive, send)
+                elif interrupted is _TOO_LATE:
+                    abandon_response(scope)
             if self.write_timed_out:
                 abandon_response(scope)  # in the request's own task, where uvicorn logs
-            if writer.done():
-                # Cancelled: a write timeout and a second cancellation at once; nothing to report.
-                if not writer.cancelled() and writer.exception() is not None:
-                    raise writer.exception()  # type: ignore[misc]
-            elif not watcher.done():  # the server stops: end the stream properly
-                await self._end_for_shutdown(writer, scope, receive, send)
         finally:
+            self._task = None
+            for future in watched:
+                future.remove_done_callback(self._interrupt)  # the server's stop signal outlives the stream
+            if self._late is not None:
+                self._late.cancel()
             try:
-                await cancel_and_wait(writer, watcher)  # an error of the writer was raised above already
+                await cancel_and_wait(watcher)
             finally:
                 await self._source.close()
 
-    async def _end_for_shutdown(self, writer: asyncio.Task[None], scope: Scope, receive: Receive, send: Send) -> None:
-        """One error event and the end of the stream; before the status line, a 503 instead."""
+    def _interrupt(self, future: asyncio.Future[None]) -> None:
+        """The client has gone or the server stops (``future`` is done): the stream's writing is
+        cancelled, unless it has ended. An error response already being written is given
+        :data:`SHUTDOWN_WRITE_TIMEOUT` to finish when the server stops."""
+        if not self._running or self._interrupted is not None or self._task is None:
+            return
+        if future is not self._stopped:
+            self._interrupted = _GONE
+        elif self._answering_instead:
+            if self._late is None:
+                self._late = asyncio.get_running_loop().call_later(SHUTDOWN_WRITE_TIMEOUT, self._interrupt_late)
+            return
+        else:
+            self._interrupted = _STOPPED
+        self._task.cancel()
+
+    def _interrupt_late(self) -> None:
+        if self._running and self._interrupted is None and self._task is not None:
+            self._interrupted = _TOO_LATE
+            self._task.cancel()
+
+    async def _end_for_shutdown(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One error event and the end of the stream (its writing was interrupted); before the status line, a 503 instead."""
         try:
-            if self._answering_instead:  # an error response is already being written: let it finish
-                await asyncio.wait_for(asyncio.shield(writer), SHUTDOWN_WRITE_TIMEOUT)
-                return
-            await cancel_and_wait(writer)
             error = shutting_down()
             async with asyncio.timeout(SHUTDOWN_WRITE_TIMEOUT):  # a client that stopped reading gets no more time
                 if not self._started:
@@ -351,12 +374,92 @@ class EventStreamResponse(Response):
             heartbeat.cancel()
 
 
+class _HeartbeatTicker:
+    """One timer of the event loop for the heartbeats of all the streams on it that share a
+    ``resolution``: each heartbeat waits in the slot (``resolution`` seconds wide) of its next check,
+    and the timer wakes for the earliest slot only. A stream's heartbeat costs an entry in a set where
+    it cost a timer of its own (uvloop's handle and libuv's timer: ~0.5 KB per open stream); a check
+    comes at most ``resolution`` late. Kept in :data:`_TICKERS` while it has heartbeats to check."""
+
+    __slots__ = ("_loop", "_resolution", "_slots", "_timer", "_armed")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float) -> None:
+        self._loop = loop
+        self._resolution = resolution
+        self._slots: dict[int, set[_Heartbeat]] = {}  # slot number (time // resolution) -> heartbeats due then
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed = 0  # the slot the timer wakes for
+
+    @staticmethod
+    def of(loop: asyncio.AbstractEventLoop, resolution: float) -> "_HeartbeatTicker":
+        ticker = _TICKERS.get((loop, resolution))
+        if ticker is None:
+            ticker = _TICKERS[loop, resolution] = _HeartbeatTicker(loop, resolution)
+        return ticker
+
+    def add(self, heartbeat: "_Heartbeat", when: float) -> int:
+        """Checks ``heartbeat`` at ``when`` (or up to ``resolution`` later); the slot it waits in."""
+        slot = math.ceil(when / self._resolution)
+        waiting = self._slots.get(slot)
+        if waiting is None:
+            waiting = self._slots[slot] = set()
+        waiting.add(heartbeat)
+        if self._timer is None or slot < self._armed:
+            self._arm(slot)
+        return slot
+
+    def discard(self, heartbeat: "_Heartbeat", slot: int) -> None:
+        waiting = self._slots.get(slot)
+        if waiting is None:
+            return
+        waiting.discard(heartbeat)
+        if not waiting:
+            del self._slots[slot]
+            if not self._slots:  # the last stream ended: no timer, no ticker left behind
+                self._stop()
+
+    def _arm(self, slot: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed = slot
+        self._timer = self._loop.call_at(slot * self._resolution, self._tick)
+
+    def _stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if _TICKERS.get((self._loop, self._resolution)) is self:
+            del _TICKERS[self._loop, self._resolution]
+
+    def _tick(self) -> None:
+        self._timer = None
+        # The armed slot is due even if the loop woke a hair early (its clock's resolution).
+        now = max(self._armed, int(self._loop.time() // self._resolution))
+        for slot in sorted(slot for slot in self._slots if slot <= now):
+            for heartbeat in self._slots.pop(slot):
+                heartbeat.check()
+        if self._slots:
+            if self._timer is None:
+                self._arm(min(self._slots))
+        else:
+            self._stop()
+
+
+_TICKERS: dict[tuple[asyncio.AbstractEventLoop, float], _HeartbeatTicker] = {}
+"""The heartbeat tickers with streams to check, by event loop and resolution."""
+
+TICKS_PER_INTERVAL = 8
+"""A heartbeat's checks come at most this fraction of the shorter of ``ping_interval`` and
+``write_timeout`` late (its ticker's resolution)."""
+
+
 class _Heartbeat:
     """Pings a quiet stream; cancels ``writer`` once a write has waited ``write_timeout`` for the
-    client. A timer of the event loop, not a task: a stream that is writing costs no task and no
-    coroutine for it; a task lives only while a ping is being written. :meth:`cancel` stops it."""
+    client. Checked by its loop's :class:`_HeartbeatTicker`, not a task or a timer of its own: a stream
+    that is writing costs no task, no coroutine and no timer for it; a task lives only while a ping is
+    being written. :meth:`cancel` stops it."""
 
-    __slots__ = ("_response", "_send", "_writer", "_keep_alive", "_loop", "_timer", "_ping")
+    __slots__ = ("_response", "_send", "_writer", "_keep_alive", "_loop", "_ticker", "_slot", "_ping")
 
     def __init__(self, response: EventStreamResponse, send: Send, writer: asyncio.Task[None], keep_alive: bytes) -> None:
         self._response = response
@@ -364,19 +467,22 @@ class _Heartbeat:
         self._writer = writer
         self._keep_alive = keep_alive
         self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
+        resolution = min(response._ping_interval, response._write_timeout) / TICKS_PER_INTERVAL
+        self._ticker = _HeartbeatTicker.of(self._loop, resolution)
+        self._slot: int | None = None  # where it waits in the ticker; None while not waiting
         self._ping: asyncio.Task[None] | None = None
-        self._check()
+        self.check()
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        if self._slot is not None:
+            self._ticker.discard(self, self._slot)
+            self._slot = None
         if self._ping is not None:
             self._ping.cancel()
 
-    def _check(self) -> None:
+    def check(self) -> None:
         response = self._response
-        self._timer = None
+        self._slot = None
         since = self._loop.time() - response._last_write
         if response._writing:
             if since >= response._write_timeout:
@@ -392,7 +498,7 @@ class _Heartbeat:
         else:
             # Also awake by the time a write that begins now may have waited too long.
             wait = min(response._ping_interval - since, response._write_timeout)
-        self._timer = self._loop.call_later(wait, self._check)
+        self._slot = self._ticker.add(self, self._loop.time() + wait)
 
     async def _write_ping(self) -> None:
         try:
@@ -403,7 +509,7 @@ class _Heartbeat:
             return
         finally:
             self._ping = None
-        self._check()
+        self.check()
 
     def _time_out(self) -> None:
         self._response.write_timed_out = True
