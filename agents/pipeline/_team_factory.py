@@ -86,10 +86,21 @@ class _InTurnOr(OrTerminationCondition):
     # the other in the calling task. No docstring and the stock label: it dumps as the stock condition.
     component_label = "OrTerminationCondition"
 
+    @property
+    def terminated(self) -> bool:
+        # The stock property's any() over a generator, as a loop (asked four times a run, a generator step per condition).
+        for condition in self._conditions:  # noqa: SIM110 - the loop is the point (no generator)
+            if condition.terminated:
+                return True
+        return False
+
     async def __call__(self, messages: Sequence[BaseAgentEvent | BaseChatMessage]) -> StopMessage | None:
         if self.terminated:
             raise RuntimeError("Termination condition has already been reached")
-        stops = [stop for condition in self._conditions if (stop := await condition(messages)) is not None]
+        stops: list[StopMessage] = []
+        for condition in self._conditions:  # a loop, not a comprehension: no function call of its own
+            if (stop := await condition(messages)) is not None:
+                stops.append(stop)
         if not stops:
             return None
         if len(stops) == 1:  # what the stock condition builds again, its content and source the same
