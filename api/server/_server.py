@@ -124,6 +124,11 @@ class DirectBodyWrites:
     def write(self, data: bytes) -> None:
         self._cycle().transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[union-attr]  # writable() saw it
 
+    def startable(self) -> bool:
+        cycle = self._cycle()
+        return (cycle is not None and not cycle.response_started and not cycle.disconnected and not cycle.flow.write_paused
+                and not isinstance(cycle.transport, _HeldWrites))
+
 
 class _EdgeState:
     """What :class:`EdgeProtocol` adds to uvicorn's protocol, in one attribute: uvicorn's protocol sets
