@@ -121,19 +121,38 @@ def _in_turn(condition: TerminationCondition) -> TerminationCondition:
     return condition
 
 
+class _ContainerMaker:
+    """``TurnContainer(parent_topic_type, output_topic_type, agent, message_factory)``: the factory of one of
+    a served team's agent containers, which its runtime keeps for as long as the team. A partial object of
+    the same call keeps the arguments in a tuple, and an empty keyword dict besides (~225 bytes); these
+    four slots, ~80."""
+
+    __slots__ = ("parent_topic_type", "output_topic_type", "agent", "message_factory")
+    func = TurnContainer  # what it makes (as a partial object's func)
+
+    def __init__(self, parent_topic_type: str, output_topic_type: str, agent: Any, message_factory: MessageFactory) -> None:
+        self.parent_topic_type = parent_topic_type
+        self.output_topic_type = output_topic_type
+        self.agent = agent
+        self.message_factory = message_factory
+
+    def __call__(self) -> TurnContainer:
+        return TurnContainer(self.parent_topic_type, self.output_topic_type, self.agent, self.message_factory)
+
+
 class _RoundRobinTeam(RoundRobinGroupChat):
     # Duet's team as served, with Duet's agent container and group chat manager (_group_chat.py), its
     # subscriptions added through a TeamRegistration (lean, no uuid string each). The runtime keeps
     # the factory of each of the team's agents for as long as the team, and AgentChat
     # (0.7.5, pinned) makes each a closure (a function and a cell per argument, eleven for the
-    # manager); these are partial objects of the same calls. The stock docstring and label: it dumps
-    # as the stock team.
+    # manager); these are the same calls: a container's in four slots (_ContainerMaker), the manager's
+    # a partial object. The stock docstring and label: it dumps as the stock team.
     __doc__ = RoundRobinGroupChat.__doc__
     component_label = "RoundRobinGroupChat"
 
     def _create_participant_factory(self, parent_topic_type: str, output_topic_type: str, agent: Any,
                                     message_factory: MessageFactory) -> Any:
-        return functools.partial(TurnContainer, parent_topic_type, output_topic_type, agent, message_factory)
+        return _ContainerMaker(parent_topic_type, output_topic_type, agent, message_factory)
 
     def _create_group_chat_manager_factory(self, *arguments: Any, **named: Any) -> Any:
         return functools.partial(RoundRobinManager, *_manager_arguments(*arguments, **named), self._emit_team_events)  # type: ignore[call-arg]  # the ten, then emit_team_events

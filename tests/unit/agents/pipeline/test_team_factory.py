@@ -139,9 +139,9 @@ def test_team_factory_gives_each_team_its_own_client_of_any_other_kind() -> None
 
 
 def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_the_stock_team() -> None:
-    """The runtime keeps the factory of each of a team's agents for as long as the team: partial calls
-    of the classes (Duet's subclasses of AgentChat's), not AgentChat's closures; the team still runs
-    and dumps as the stock one."""
+    """The runtime keeps the factory of each of a team's agents for as long as the team: calls of the
+    classes (Duet's subclasses of AgentChat's) kept in slots for a container, a partial call for the
+    manager, not AgentChat's closures; the team still runs and dumps as the stock one."""
     import functools
 
     from autogen_agentchat.teams._group_chat._chat_agent_container import (
@@ -166,7 +166,11 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
 
     assert asyncio.run(main()) == [ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]
     made = [factory.make for factory in slot.runtime._agent_factories.values()]  # type: ignore[union-attr]
-    assert all(isinstance(make, functools.partial) for make in made)
+    from duet.agents.pipeline._team_factory import _ContainerMaker
+
+    assert sorted(type(make).__name__ for make in made) == ["_ContainerMaker"] * 2 + ["partial"]
+    assert all(not hasattr(make, "__dict__") for make in made if isinstance(make, _ContainerMaker))  # slots only
+    assert all(isinstance(make, (functools.partial, _ContainerMaker)) for make in made)
     assert sorted(make.func.__name__ for make in made) == sorted([TurnContainer.__name__] * 2 + [RoundRobinManager.__name__])
     assert issubclass(TurnContainer, ChatAgentContainer) and issubclass(RoundRobinManager, RoundRobinGroupChatManager)  # Duet's own
     assert slot.team.dump_component() == RoundRobinGroupChat.load_component(component).dump_component() == component
