@@ -196,12 +196,17 @@ class DuetAgent(BaseChatAgent):
         calls it for the team's first speaker): its model call goes out, and its first events reach the
         reader, before AgentChat routes the task here (the run waits for :meth:`_TurnAhead.under_way`). The team's turn then takes its reply
         (:meth:`DuetRun.take_head_start`); a turn no team took is stopped with the run."""
+        self.start_turn_ahead(messages, run, cancellation_token)
+        await asyncio.sleep(0)  # the turn begins (its request goes out) before the team's first step
+
+    def start_turn_ahead(self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken) -> None:
+        """:meth:`head_start` without its wait: the turn's task is made, and begins at the loop's next pass
+        (before any task made after it). Call it where the run is bound (the task copies the binding)."""
         loop = asyncio.get_running_loop()
         first_event = loop.create_future()
         turn = loop.create_task(self._emit_turn(messages, run, cancellation_token, first_event))
         turn.add_done_callback(lambda _: _settle(first_event))  # a turn that ends before any event is under way too
         run.head_start(self.name, messages, _TurnAhead(turn, first_event))
-        await asyncio.sleep(0)  # the turn begins (its request goes out) before the team's first step
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to reset: every turn gets the whole conversation."""

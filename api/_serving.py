@@ -310,8 +310,10 @@ class Service:
         renderer = Renderer(writer, protocol.reasoning_output(duet.reasoning_output), wire_request.legacy)
         renderer.start()
         source = _EventSource(self, run, protocol, wire_request, renderer, writer, first_wait=self.ping_interval)
-        return EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
-                                   disconnected=disconnected, stopped=self.gate.stopped)
+        response = EventStreamResponse(source, ping_interval=self.ping_interval, write_timeout=self.options.write_timeout,
+                                       disconnected=disconnected, stopped=self.gate.stopped)
+        source.starter = response  # let go when the source closes (no cycle outlives the request)
+        return response
 
     async def _collected(
         self,
@@ -386,6 +388,8 @@ class _EventSource:
         self.keep_alive = protocol.keep_alive
         self._first: list[DuetEvent] = []
         self._closed = False
+        self.starter: EventStreamResponse | None = None
+        """The streamed response, which may be begun in the step of the agent that emits the first event."""
         service.in_flight += 1
 
     async def start(self) -> Response | None:
@@ -396,7 +400,7 @@ class _EventSource:
         # answer model fails again gets the real status (a 429 with its Retry-After), not a 200.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.first_wait
-        first = await self._run.next_batch(timeout=self.first_wait)
+        first = await self._run.next_batch(timeout=self.first_wait, deliver=self._first_through())
         while first and all(type(event) in _HELD_BACK for event in first) and not self._run.ended:
             more = await self._run.next_batch(timeout=max(0.0, deadline - loop.time()))
             if not more:
@@ -407,6 +411,25 @@ class _EventSource:
         if isinstance(failure, Failed):
             return self._protocol.error_response(as_api_error(failure.error))
         return None
+
+    def _first_through(self) -> Callable[[DuetEvent], bool] | None:
+        """What takes the run's first event while the stream waits for it: rendered and written with the
+        status line at once, in the emitting agent's step, when the client's connection takes them now
+        (:meth:`EventStreamResponse.begin`); then the stream's task is woken to go on writing. Never an
+        event the status line is held back past (nor the end: the run's channel offers it to nobody)."""
+        starter, renderer, writer, run = self.starter, self._renderer, self._writer, self._run
+        if starter is None or renderer is None or writer is None:
+            return None
+
+        def deliver(event: DuetEvent) -> bool:
+            if type(event) in _HELD_BACK or not starter.startable():
+                return False
+            renderer.render(event)
+            starter.begin(writer.take())
+            run.wake()
+            return True
+
+        return deliver
 
     def error_response(self, error: APIError, headers: dict[str, str] | None = None) -> Response:
         return self._protocol.error_response(error, headers=headers)
@@ -461,5 +484,6 @@ class _EventSource:
         if self._closed:
             return
         self._closed = True
+        self.starter = None
         self._service.in_flight -= 1
         await self._run.close()

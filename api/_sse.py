@@ -16,7 +16,7 @@ import asyncio
 import logging
 import math
 from contextvars import ContextVar
-from typing import Any, AsyncIterator, Callable, Final, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -107,6 +107,10 @@ class DirectWrites(Protocol):
 
     def write(self, data: bytes) -> None:
         """Writes ``data`` as the body's next bytes (call only just after :meth:`writable` said yes)."""
+
+    def startable(self) -> bool:
+        """Whether the response's status line may be sent now without waiting: not sent yet, the client
+        is there and the transport takes more without waiting (ASGI's ``send`` then returns at once)."""
 
 
 class QuietAbandonedResponses(logging.Filter):
@@ -241,6 +245,33 @@ class EventStreamResponse(Response):
         self._running = False  # the stream is being written (and may be interrupted)
         self._interrupted: object = None  # why its writing was cancelled: _GONE, _STOPPED, _TOO_LATE
         self._late: asyncio.TimerHandle | None = None  # the end of an error response's time to finish at a stop
+        self._begun_by: tuple[Scope, Send, DirectWrites] | None = None  # while the source may begin the stream (begin)
+
+    def startable(self) -> bool:
+        """Whether the source may :meth:`begin` the stream now, in its own step: it waits for its first
+        events, the edge server writes directly, and the client's connection takes the status line at once."""
+        begun_by = self._begun_by
+        return begun_by is not None and not self._started and begun_by[2].startable()
+
+    def begin(self, data: bytes) -> None:
+        """Sends the status line and ``data`` (the stream's first bytes) now, in the caller's step (call
+        only just after :meth:`startable` said yes): the first token an agent reads goes to the client
+        without waking the response's task (one pass of the event loop less; on a busy worker each pass is
+        long). Through ASGI's ``send`` (the request's id header, its status for the log), which returns at
+        once on a connection that takes writes; as one write, as the response's own first chunk goes."""
+        scope, send, _ = self._begun_by  # type: ignore[misc]  # startable() saw it
+        hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES) if data else None
+        if hold_writes is not None:
+            hold_writes(True)
+        try:
+            _at_once(send({"type": "http.response.start", "status": 200, "headers": _HEADERS}))
+            self._started = True
+            if data:
+                _at_once(send({"type": "http.response.body", "body": data, "more_body": True}))
+        finally:
+            if hold_writes is not None:
+                hold_writes(False)
+        self._last_write = asyncio.get_running_loop().time()
 
     def writable(self) -> bool:
         """:class:`DirectWrites` for the source: the edge server's, while no ``send`` is under way."""
@@ -322,18 +353,22 @@ class EventStreamResponse(Response):
             abandon_response(scope)
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
-        instead = await self._source.start()
+        direct: DirectWrites | None = scope.get(DIRECT_WRITES)
+        self._begun_by = (scope, send, direct) if direct is not None else None
+        try:
+            instead = await self._source.start()  # the source may begin the stream itself meanwhile (begin)
+        finally:
+            self._begun_by = None
         if instead is not None:
             self._answering_instead = True
             await instead(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
-        direct: DirectWrites | None = scope.get(DIRECT_WRITES)
         chunks = self._source.chunks(self if direct is not None else None)
         # The first chunk is made before anything is written, so that the status line and it leave
         # together: held (HOLD_WRITES) only across those two writes, not while a chunk is made.
         first = await anext(chunks, b"")
-        hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES) if first else None
+        hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES) if first and not self._started else None
         self._last_write = loop.time()
         heartbeat = _Heartbeat(self, send, asyncio.current_task(), self._source.keep_alive)  # type: ignore[arg-type]
         try:
@@ -341,8 +376,9 @@ class EventStreamResponse(Response):
             if hold_writes is not None:
                 hold_writes(True)
             try:
-                await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-                self._started = True
+                if not self._started:  # else the source began the stream (begin)
+                    await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+                    self._started = True
                 if first:
                     await send({"type": "http.response.body", "body": first, "more_body": True})
                     first = b""  # written: not kept while the next is awaited
@@ -372,6 +408,17 @@ class EventStreamResponse(Response):
         finally:
             self._direct = None
             heartbeat.cancel()
+
+
+def _at_once(step: Awaitable[None]) -> None:
+    """Runs ``step`` (an ASGI ``send`` the connection said would not wait) to its end, in the caller's step."""
+    steps = step.__await__()
+    try:
+        next(steps)
+    except StopIteration:
+        return
+    steps.close()
+    raise RuntimeError("an ASGI send waited that was expected to return at once")
 
 
 class _HeartbeatTicker:

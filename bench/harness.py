@@ -207,11 +207,11 @@ class Services:
 @contextlib.contextmanager
 def served(upstream_args: Sequence[str] = (), env: dict[str, str] | None = None,
            log: IO[str] | int = subprocess.DEVNULL, relay: bool = False, command: Sequence[str] = (DUET,),
-           start_timeout: float = 30) -> Iterator[Services]:
-    """The scripted upstream (``upstream_args`` for its command line) and ``duet serve`` (``command``)
-    with both stages on it and no API keys (``env`` adds or overrides ``DUET_*`` variables); with
-    ``relay``, the minimal relay on the same upstream too."""
-    upstream_port, port = free_port(), free_port()
+           start_timeout: float = 30, upstream_port: int = 0) -> Iterator[Services]:
+    """The scripted upstream (``upstream_args`` for its command line; on ``upstream_port`` if given) and
+    ``duet serve`` (``command``) with both stages on it and no API keys (``env`` adds or overrides
+    ``DUET_*`` variables); with ``relay``, the minimal relay on the same upstream too."""
+    upstream_port, port = upstream_port or free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, "-m", "tests.scripted_upstream", "--port", str(upstream_port), *upstream_args],
                                 cwd=ROOT, stdout=subprocess.DEVNULL)
     upstream_base = f"http://127.0.0.1:{upstream_port}/v1"

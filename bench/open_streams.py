@@ -278,6 +278,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="the steady window")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over the counts (medians are printed)")
     parser.add_argument("--duet-defaults", action="store_true", help="run Duet with its default limits")
+    parser.add_argument("--duet-env", action="append", default=[], metavar="DUET_X=value",
+                        help="a setting for duet serve (repeatable), e.g. DUET_STATE_URL=memory://")
     parser.add_argument("--label", default="", help="a note saved with the figures (before, after...)")
     args = parser.parse_args()
     with contextlib.suppress(ImportError):  # the client on the servers' loop: its own cost weighs on both alike
@@ -287,6 +289,7 @@ def main() -> None:
     run = begin("open_streams")
     largest = max(args.streams) + args.arrivals + args.crowd + args.probes + 64
     env = {} if args.duet_defaults else {"DUET_MAX_CONCURRENT_REQUESTS": str(largest), "DUET_MAX_CONNECTIONS": str(2 * largest)}
+    env.update(setting.split("=", 1) for setting in args.duet_env)
     upstream = ["--reasoning-tokens", str(args.tokens), "--answer-tokens", str(args.tokens), "--delay-between", str(args.pace_ms / 1000)]
     with served(upstream, env=env, relay=True) as services:
         servers = {"duet": (services.duet.pid, f"{services.base_url}/v1/chat/completions"),

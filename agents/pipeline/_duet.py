@@ -232,10 +232,32 @@ class Duet:
         token.add_callback(channel.close)  # a cancelled run's agents must not wait for a reader
         hook = request_sent_hook.set(channel.mark_request_out)  # for the run's tasks: they copy the context
         try:
-            driver = asyncio.create_task(self._drive(request.conversation, run, token))
+            begun = self._begin_at_once(request.conversation, run, token)
+            driver = asyncio.create_task(self._drive(request.conversation, run, token, begun))
         finally:
             request_sent_hook.reset(hook)
         return DuetStream(channel, driver, token)
+
+    def _begin_at_once(self, conversation: list[LLMMessage], run: DuetRun, token: CancellationToken) -> "_Begun | None":
+        """The run's first steps, taken in the caller's own step when they need no store call (no tool
+        round to restore, no earlier calls' ids to recall): the first speaker's turn is made here, so it
+        begins (its model request goes out) at the event loop's next pass, not a pass later behind the
+        run's own task; on a busy worker each pass is long. ``None``: the run takes these steps itself,
+        after its store calls. An error is kept for the run to report as its own (:meth:`_drive`)."""
+        if ends_with_tool_results(conversation) or _earlier_call_ids(conversation):
+            return None
+        begun = _Begun()
+        try:
+            with bind_run(run):  # the turn's task copies the binding, as it would inside the run's task
+                _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
+                self._recall_notes(conversation, conversation, run, None, "")
+                begun.task = task_messages(conversation, None, "")
+                begun.slot = self._pool.acquire()
+                if begun.slot.first_speaker is not None:
+                    begun.slot.first_speaker.start_turn_ahead(begun.task, run, token)
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the run reports it (and settles the slot)
+            begun.error = exc
+        return begun
 
     async def stream(
         self, request: DuetRequest | Sequence[Mapping[str, Any]] | Sequence[LLMMessage], **kwargs: Any
@@ -260,20 +282,25 @@ class Duet:
             raise events[-1].error
         return DuetResult.of(events)
 
-    async def _drive(self, conversation: list[LLMMessage], run: DuetRun, token: CancellationToken) -> None:
+    async def _drive(self, conversation: list[LLMMessage], run: DuetRun, token: CancellationToken, begun: "_Begun | None") -> None:
         with bind_run(run):  # the team's runtime is started inside: its tasks inherit the binding
             slot: TeamSlot | None = None
             clean = False
             try:
-                _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
-                owner = run.request.owner
-                sent = conversation
-                conversation, earlier_reasoning, grounding = await self._restore(conversation, owner, run)
-                self._recall_notes(sent, conversation, run, earlier_reasoning, grounding)
-                task = task_messages(conversation, earlier_reasoning, grounding)
-                _stop_if_cancelled(token)
-                slot = self._pool.acquire()
-                await self._start_team(slot, task, run, token)
+                if begun is None:
+                    _stop_if_cancelled(token)  # the client left before the run started: no store call, no model call
+                    sent = conversation
+                    conversation, earlier_reasoning, grounding = await self._restore(conversation, run.request.owner, run)
+                    self._recall_notes(sent, conversation, run, earlier_reasoning, grounding)
+                    task = task_messages(conversation, earlier_reasoning, grounding)
+                    _stop_if_cancelled(token)
+                    slot = self._pool.acquire()
+                else:  # taken in the caller's step (_begin_at_once)
+                    slot, task, earlier_reasoning, grounding = begun.slot, begun.task, None, ""
+                    if begun.error is not None:
+                        raise begun.error
+                    assert slot is not None, "a run begun without an error has its team"
+                await self._start_team(slot, task, run, token, turn_started=begun is not None)
                 finish_reason, hidden_part_lost = await self._follow(
                     slot, task, token, run, earlier_reasoning or "", grounding, rethinking=ends_with_tool_results(conversation))
                 run.emit(Finished(finish_reason=finish_reason, hidden_part_lost=hidden_part_lost))
@@ -294,10 +321,13 @@ class Duet:
                     await self._settle(slot, clean)
 
     @staticmethod
-    async def _start_team(slot: TeamSlot, task: list[BaseChatMessage], run: DuetRun, token: CancellationToken) -> None:
-        """The first speaker's turn starts before the team routes the task to it; then the team's runtime."""
+    async def _start_team(slot: TeamSlot, task: list[BaseChatMessage], run: DuetRun, token: CancellationToken,
+                          turn_started: bool = False) -> None:
+        """The first speaker's turn starts before the team routes the task to it (``turn_started``: it
+        already has); then the team's runtime."""
         if slot.first_speaker is not None:
-            await slot.first_speaker.head_start(task, run, token)
+            if not turn_started:
+                await slot.first_speaker.head_start(task, run, token)
             # The team's routing (AgentChat's messages, a few hundred microseconds of CPU) waits until the
             # first event is on its way to the client: it is not on the path of the first token.
             await run.head_start_under_way()
@@ -389,10 +419,7 @@ class Duet:
         """What the upstream issued for the calls of the tool rounds before the last user message, into
         ``run`` (one store call): the answer model gets the same ids for a round on every later turn, so
         its prompt stays a byte prefix of the next (a provider's prompt cache hits)."""
-        current = set(tool_rounds(conversation))
-        first_ids = [message.content[0].id for index, message in enumerate(conversation)
-                     if index not in current and isinstance(message, AssistantMessage) and isinstance(message.content, list)
-                     and message.content and DUET_CALL_ID.match(message.content[0].id)]
+        first_ids = _earlier_call_ids(conversation)
         if not first_ids:
             return
         try:
@@ -431,6 +458,26 @@ class Duet:
             with contextlib.suppress(BaseException):
                 await slot.runtime.stop()
         await slot.close()
+
+
+class _Begun:
+    """The first steps of a run taken in its caller's step (:meth:`Duet._begin_at_once`), or why they failed."""
+
+    __slots__ = ("task", "slot", "error")
+
+    def __init__(self) -> None:
+        self.task: list[BaseChatMessage] = []
+        self.slot: TeamSlot | None = None
+        self.error: BaseException | None = None
+
+
+def _earlier_call_ids(conversation: Sequence[LLMMessage]) -> list[str]:
+    """The first call id of each tool round of Duet's before the last user message: what the upstream
+    issued for them is recalled from the store (:meth:`Duet._recall_issued`)."""
+    current = set(tool_rounds(conversation))
+    return [message.content[0].id for index, message in enumerate(conversation)
+            if index not in current and isinstance(message, AssistantMessage) and isinstance(message.content, list)
+            and message.content and DUET_CALL_ID.match(message.content[0].id)]
 
 
 async def _reset(slot: TeamSlot) -> bool:

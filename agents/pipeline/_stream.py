@@ -103,6 +103,11 @@ class EventChannel:
             if waiters is not None and waiter in waiters:  # timed out, or the caller was cancelled
                 waiters.remove(waiter)
 
+    def wake(self) -> None:
+        """Ends the reader's wait in :meth:`drain` (it returns what has arrived: maybe nothing)."""
+        if self._waiter is not None:
+            _wake(self._waiter)
+
     async def drain(self, timeout: float | None = None, deliver: Deliver | None = None) -> list[DuetEvent]:
         """Everything emitted since the last call; waits for at least one event, or ``timeout``
         seconds (then returns an empty list). While it waits, ``deliver`` is offered each event first."""
@@ -160,6 +165,11 @@ class DuetStream:
                 self.ended = True
                 return batch[: index + 1]
         return batch
+
+    def wake(self) -> None:
+        """Ends the reader's wait in :meth:`next_batch` at once (it returns what has arrived: maybe
+        nothing): a ``deliver`` that took an event the reader must act on calls it."""
+        self._channel.wake()
 
     def __aiter__(self) -> "DuetStream":
         return self

@@ -102,20 +102,53 @@ def lean_subscription(subscription: Subscription, *, keep_id: bool = True) -> Su
     return subscription
 
 
+SHARED_SUBSCRIPTIONS_MAX = 256
+"""Lean subscriptions one :class:`TeamRegistration` cache keeps (a team of Duet's adds ten, the same ten
+for every team of a pipeline); past it, a subscription is made for its runtime alone."""
+
+
+def _shared_key(subscription: Subscription) -> tuple[Any, str, str] | None:
+    """What tells one of autogen-core's two subscription kinds apart from another of its kind (what
+    its ``__eq__`` compares); None for any other kind (not shared)."""
+    kind = type(subscription)
+    if kind is TypeSubscription:
+        return kind, subscription.topic_type, subscription.agent_type  # type: ignore[attr-defined]
+    if kind is TypePrefixSubscription:
+        return kind, subscription.topic_type_prefix, subscription.agent_type  # type: ignore[attr-defined]
+    return None
+
+
 class TeamRegistration:
     """A runtime as an AgentChat team registers its agents on it (``BaseGroupChat._init``; AgentChat
     0.7.5, pinned): the subscriptions AgentChat makes there, and keeps nowhere, are added as their lean
     kind without an id (drawn if ever read: a uuid string less for each of a team's ten); the rest is
-    the runtime's own."""
+    the runtime's own.
 
-    def __init__(self, runtime: AgentRuntime) -> None:
+    ``shared``: lean subscriptions already made, by what they match (:func:`_shared_key`), for teams
+    whose topic and agent types are the same (a pipeline's teams: each on a runtime of its own). An
+    equal one is added to this runtime instead of a new one (~1 KB a team): autogen-core never changes
+    a subscription it holds, and its id, drawn only if read, is the same on every runtime, where only
+    that runtime's list is searched by it."""
+
+    def __init__(self, runtime: AgentRuntime, shared: dict[tuple[Any, str, str], Subscription] | None = None) -> None:
         self._runtime = runtime
+        self._shared = shared
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runtime, name)
 
     async def add_subscription(self, subscription: Subscription) -> None:
-        await self._runtime.add_subscription(lean_subscription(subscription, keep_id=False))
+        shared = self._shared
+        key = _shared_key(subscription) if shared is not None else None
+        if shared is None or key is None:
+            await self._runtime.add_subscription(lean_subscription(subscription, keep_id=False))
+            return
+        lean = shared.get(key)
+        if lean is None:
+            lean = lean_subscription(subscription, keep_id=False)
+            if len(shared) < SHARED_SUBSCRIPTIONS_MAX:
+                shared[key] = lean
+        await self._runtime.add_subscription(lean)
 
 
 _NO_TOPICS: frozenset[TopicId] = frozenset()  # one for all: each frozenset() call makes a new one (~200 bytes)

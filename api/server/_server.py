@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import resource
@@ -86,12 +85,6 @@ class _HeldWrites:
         return getattr(self.transport, name)
 
 
-def _hold_writes_of(cycle: "weakref.ref[Any]", hold: bool) -> None:
-    live = cycle()
-    if live is not None:
-        hold_writes(live, hold)
-
-
 def hold_writes(cycle: Any, hold: bool) -> None:
     """Holds back (True) or sends (False) what a response writes (:data:`~duet.api._sse.HOLD_WRITES`;
     ``cycle`` is uvicorn's request-response cycle, which writes to its ``transport``). Held in this
@@ -109,7 +102,7 @@ class DirectBodyWrites:
     """A response's streamed body written in the caller's step (:class:`~duet.api._sse.DirectWrites`):
     what uvicorn's ``send`` does for a chunk of a chunked body, without the coroutine, for as long as
     its transport takes writes without waiting (``send`` then waits for the client, as ever). Holds the
-    request's cycle weakly, as :data:`~duet.api._sse.HOLD_WRITES` does."""
+    request's cycle weakly; :meth:`hold` is the request's :data:`~duet.api._sse.HOLD_WRITES`."""
 
     __slots__ = ("_cycle",)
 
@@ -123,6 +116,19 @@ class DirectBodyWrites:
 
     def write(self, data: bytes) -> None:
         self._cycle().transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[union-attr]  # writable() saw it
+
+    def startable(self) -> bool:
+        cycle = self._cycle()
+        return (cycle is not None and not cycle.response_started and not cycle.disconnected and not cycle.flow.write_paused
+                and not isinstance(cycle.transport, _HeldWrites))
+
+    def hold(self, hold: bool) -> None:
+        """:func:`hold_writes` for the request's cycle while it lives (its :data:`~duet.api._sse.HOLD_WRITES`:
+        a method of this object, which holds the cycle weakly already, not a partial call and a weak
+        reference more, ~230 bytes, for every request)."""
+        cycle = self._cycle()
+        if cycle is not None:
+            hold_writes(cycle, hold)
 
 
 class _EdgeState:
@@ -235,6 +241,9 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # uvicorn makes the scope's "asgi" dict anew for every request (~180 bytes, for as long as it
+        # runs); its two versions are the server's: one dict, which nothing writes to, serves them all.
+        self.scope["asgi"] = _asgi_versions(self.asgi_version)
         edge = self._edge
         if edge.head_timer is None:
             # A new request on a kept-alive connection: its head is timed from here, but the timer is
@@ -257,8 +266,9 @@ class EdgeProtocol(HttpToolsProtocol):
             lighten_deque(self.cycle.message_event, "_waiters", only_empty=True)
             # The request's own cycle (a pipelined request behind it gets a cycle and a scope of its own),
             # held weakly: the cycle holds the scope, and a cycle of references would wait for the collector.
-            self.scope[HOLD_WRITES] = functools.partial(_hold_writes_of, weakref.ref(self.cycle))  # type: ignore[typeddict-unknown-key]
-            self.scope[DIRECT_WRITES] = DirectBodyWrites(self.cycle)  # type: ignore[typeddict-unknown-key]
+            direct = DirectBodyWrites(self.cycle)
+            self.scope[HOLD_WRITES] = direct.hold  # type: ignore[typeddict-unknown-key]
+            self.scope[DIRECT_WRITES] = direct  # type: ignore[typeddict-unknown-key]
 
     def _watch_disconnect(self, gone: asyncio.Future[None], then: Callable[[], object] | None = None) -> None:
         """Calls ``then``, then sets ``gone``'s result, when the client hangs up or the response is
@@ -333,6 +343,18 @@ class EdgeProtocol(HttpToolsProtocol):
     def _head_timed_out(self) -> None:
         self._edge.head_timer = None
         self._close()
+
+
+_ASGI_VERSIONS: dict[str, Any] = {}  # by the server's ASGI version: uvicorn's two (3.0, 2.0)
+
+
+def _asgi_versions(version: str) -> Any:
+    """The scope's ``"asgi"`` entry as uvicorn's httptools protocol writes it (0.54: the server's ASGI
+    version, HTTP spec 2.3), one for all the requests of a version."""
+    versions = _ASGI_VERSIONS.get(version)
+    if versions is None:
+        versions = _ASGI_VERSIONS.setdefault(version, {"version": version, "spec_version": "2.3"})
+    return versions
 
 
 def _tell(gone: asyncio.Future[None], then: Callable[[], object] | None) -> None:

@@ -82,3 +82,70 @@ def test_a_write_the_client_does_not_take_is_timed_out_and_a_written_stream_is_n
     assert timed_out and not busy_timed_out
     assert stuck_pings == [] and busy_pings == []
     assert not _sse._TICKERS
+
+
+class _Direct:
+    """The edge server's direct writes (:class:`~duet.api._sse.DirectWrites`), as a test sets them."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def startable(self) -> bool:
+        return self.open
+
+    def writable(self) -> bool:
+        return False  # every later chunk goes through ``send``
+
+    def write(self, data: bytes) -> None:
+        raise AssertionError("not writable")
+
+
+class _BegunSource:
+    """A source whose first event comes while the stream waits for it: it begins the stream itself."""
+
+    keep_alive = b": ping\n\n"
+
+    def __init__(self) -> None:
+        self.starter: _sse.EventStreamResponse | None = None
+        self.first = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.first.wait()
+
+    async def chunks(self, direct: Any = None) -> Any:
+        yield b""  # the first event was written by begin
+        yield b"data: second\n\n"
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_source_begins_the_stream_in_its_own_step_and_the_status_line_is_sent_once() -> None:
+    """The first event goes out with the status line in the step of whoever emits it (issue 28: one
+    pass of the event loop less to the first token), through ``send``; the stream's task then goes on
+    from there without sending the status line again."""
+
+    async def main() -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        source = _BegunSource()
+        response = _sse.EventStreamResponse(source, ping_interval=15)  # type: ignore[arg-type]
+        watched: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        scope = {_sse.DIRECT_WRITES: _Direct(), _sse.WATCH_DISCONNECT: lambda future, then: watched.set_result}
+        writing = asyncio.ensure_future(response(scope, None, send))  # type: ignore[arg-type]
+        for _ in range(3):
+            await asyncio.sleep(0)  # the stream waits for its first event
+        assert not sent and response.startable()
+        response.begin(b"data: first\n\n")  # in this task's step: written before the stream's task runs again
+        assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"] and sent[1]["body"] == b"data: first\n\n"
+        assert not response.startable()  # begun once
+        source.first.set()
+        await asyncio.wait_for(writing, 5)
+        return sent
+
+    sent = asyncio.run(main())
+    assert [m["type"] for m in sent].count("http.response.start") == 1
+    assert [m.get("body") for m in sent[2:]] == [b"data: second\n\n", b""]

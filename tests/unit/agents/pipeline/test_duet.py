@@ -13,7 +13,7 @@ from autogen_core.models import AssistantMessage, FunctionExecutionResult, Funct
 
 from duet.agents import AnswerSettings, Duet, Failed, PipelineSettings, ReasonerSettings, ReasoningDelta, export_team
 from duet.agents.pipeline._duet import _reset, _restored_positions
-from duet.agents.pipeline._stream import EventChannel
+from duet.agents.pipeline._stream import DuetStream, EventChannel
 from tests.conftest import ANSWER, REASONER, ROOT
 from tests.scripted_upstream import Reply, ScriptedUpstream
 from tests.waiting import until
@@ -86,6 +86,28 @@ def test_request_out_returns_once_the_first_model_request_is_written(upstream: S
         assert time.monotonic() - started < 0.5
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_run_needing_no_store_call_writes_its_first_model_request_a_pass_sooner(upstream: ScriptedUpstream) -> None:
+    """The first speaker's turn is made in the caller's step when the run needs no store call first
+    (issue 28: on a busy worker every pass of the event loop is long): its request is written in the
+    loop's first pass after ``start`` (the turn's first step), not a pass later behind the run's own task."""
+    upstream.script(REASONER, Reply(reasoning=["first"]), Reply(reasoning=["second"]))
+
+    async def passes_to_request_out(stream: DuetStream) -> int:
+        passes = 0
+        while not stream._channel._request_out and passes < 50:
+            await asyncio.sleep(0)
+            passes += 1
+        assert [event.kind async for event in stream][-1] == "done"
+        return passes
+
+    async def main() -> int:
+        async with Duet.from_settings(settings(upstream)) as duet:
+            await duet.run(USER)  # the upstream's connection is open and pooled (a new one takes passes of its own)
+            return await passes_to_request_out(duet.start(USER))
+
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == 1
 
 
 def test_new_team_runs_with_agentchat(upstream: ScriptedUpstream) -> None:

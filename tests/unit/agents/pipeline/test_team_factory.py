@@ -139,9 +139,9 @@ def test_team_factory_gives_each_team_its_own_client_of_any_other_kind() -> None
 
 
 def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_the_stock_team() -> None:
-    """The runtime keeps the factory of each of a team's agents for as long as the team: partial calls
-    of the classes (Duet's subclasses of AgentChat's), not AgentChat's closures; the team still runs
-    and dumps as the stock one."""
+    """The runtime keeps the factory of each of a team's agents for as long as the team: calls of the
+    classes (Duet's subclasses of AgentChat's) kept in slots for a container, a partial call for the
+    manager, not AgentChat's closures; the team still runs and dumps as the stock one."""
     import functools
 
     from autogen_agentchat.teams._group_chat._chat_agent_container import (
@@ -166,7 +166,11 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
 
     assert asyncio.run(main()) == [ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]
     made = [factory.make for factory in slot.runtime._agent_factories.values()]  # type: ignore[union-attr]
-    assert all(isinstance(make, functools.partial) for make in made)
+    from duet.agents.pipeline._team_factory import _ContainerMaker
+
+    assert sorted(type(make).__name__ for make in made) == ["_ContainerMaker"] * 2 + ["partial"]
+    assert all(not hasattr(make, "__dict__") for make in made if isinstance(make, _ContainerMaker))  # slots only
+    assert all(isinstance(make, (functools.partial, _ContainerMaker)) for make in made)
     assert sorted(make.func.__name__ for make in made) == sorted([TurnContainer.__name__] * 2 + [RoundRobinManager.__name__])
     assert issubclass(TurnContainer, ChatAgentContainer) and issubclass(RoundRobinManager, RoundRobinGroupChatManager)  # Duet's own
     assert slot.team.dump_component() == RoundRobinGroupChat.load_component(component).dump_component() == component
@@ -174,6 +178,37 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
     conditions = slot.team._termination_condition._conditions  # type: ignore[union-attr]
     assert [condition.dump_component() for condition in conditions] == [c.dump_component() for c in duet_termination()._conditions]
     assert not any(condition.terminated for condition in conditions)
+
+
+def test_a_factorys_teams_share_their_names_and_subscriptions_and_run_at_once_each_on_its_runtime() -> None:
+    """A pipeline's teams each run on a runtime of their own: they share the first team's team id, topic
+    and agent types, name lists and the lean subscriptions these make (kept once for all, not per team),
+    and two of them still run at the same time, each with its own replies."""
+    component = _component(answer=ReplayChatCompletionClient(["Sunny today."]))
+    factory = TeamFactory(component)
+    slots = [factory() for _ in range(3)]
+
+    async def run(slot: TeamSlot) -> list[Any]:
+        assert slot.runtime is not None
+        with bind_run(collecting_run([])):
+            slot.runtime.start()
+            replies = [read_reply(m) async for m in slot.team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
+        await slot.runtime.stop_when_idle()
+        return replies
+
+    async def main() -> list[list[Any]]:
+        return list(await asyncio.wait_for(asyncio.gather(*(run(slot) for slot in slots)), 10))
+
+    assert asyncio.run(main()) == [[ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]] * 3
+    first, *others = [slot.team for slot in slots]
+    for team in others:
+        assert team._team_id is first._team_id and team._participant_topic_types is first._participant_topic_types  # type: ignore[attr-defined]
+        assert team._group_topic_type is first._group_topic_type and team._output_topic_type is first._output_topic_type  # type: ignore[attr-defined]
+    subscriptions = [slot.runtime._subscription_manager.subscriptions for slot in slots]  # type: ignore[union-attr]
+    assert len(subscriptions[0]) == 10 and all(subscription._id is None for subscription in subscriptions[0])
+    assert all(mine is theirs for other in subscriptions[1:] for mine, theirs in zip(other, subscriptions[0], strict=True))
+    assert len({id(slot.runtime._subscription_manager._subscriptions) for slot in slots}) == 3  # type: ignore[union-attr]  # a list each
+    assert slots[1].team.dump_component() == component  # still the same team, dumped
 
 
 def test_team_factory_close_closes_the_shared_clients_and_the_team_no_request_leased() -> None:

@@ -129,3 +129,32 @@ def test_recipients_found_without_a_coroutine_are_those_autogen_core_finds_in_th
                 assert manager.recipients_now(TopicId(topic, "key")) == expected, (topic, lean)
 
     asyncio.run(check())
+
+
+def test_a_team_registration_shares_equal_lean_subscriptions_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a cache, an equal subscription of autogen-core's kinds is added as the lean one already made
+    (any other kind as it is); past the cache's bound, a new one is made for that runtime alone."""
+    from autogen_core import DefaultSubscription
+    from duet.agents.runtime import TeamRegistration
+    from duet.agents.runtime import _subscriptions
+
+    shared: dict[Any, Any] = {}
+    runtimes = [LeanAgentRuntime(), LeanAgentRuntime()]
+
+    async def register(runtime: LeanAgentRuntime, *subscriptions: Any) -> list[Any]:
+        registration = TeamRegistration(runtime, shared)
+        for subscription in subscriptions:
+            await registration.add_subscription(subscription)
+        return list(runtime._subscription_manager.subscriptions)
+
+    def made() -> list[Any]:
+        return [TypeSubscription("t", "a"), TypePrefixSubscription("a:", "a"), DefaultSubscription(agent_type="b")]
+
+    from autogen_core import TypePrefixSubscription
+
+    one, two = (asyncio.run(register(runtime, *made())) for runtime in runtimes)
+    assert one[0] is two[0] and one[1] is two[1] and one[2] is not two[2] and len(shared) == 2
+    assert [type(s).__name__ for s in one] == ["LeanTypeSubscription", "LeanTypePrefixSubscription", "DefaultSubscription"]
+    monkeypatch.setattr(_subscriptions, "SHARED_SUBSCRIPTIONS_MAX", 2)
+    third = asyncio.run(register(LeanAgentRuntime(), TypeSubscription("u", "a"), TypeSubscription("t", "a")))
+    assert third[1] is one[0] and "u" not in [key[1] for key in shared] and len(shared) == 2

@@ -62,3 +62,71 @@ def test_direct_body_writes_only_while_the_body_takes_them_now() -> None:
     assert direct.writable()
     del cycle  # held weakly: a finished request's cycle is not kept alive by its scope's writer
     assert not direct.writable()
+
+
+def test_a_requests_hold_writes_is_its_direct_writers_method_holding_the_cycle_weakly() -> None:
+    """The request's HOLD_WRITES is a method of its DIRECT_WRITES (no partial call and weak reference of
+    its own): given True it holds what the response writes, given False it sends it as one write, and
+    once the cycle is gone it does nothing."""
+    import types
+
+    from duet.api.server._server import DirectBodyWrites, _HeldWrites
+
+    class Cycle(types.SimpleNamespace):  # uvicorn's request-response cycle, as far as it is read (weakly referable)
+        pass
+
+    written: list[bytes] = []
+    transport = types.SimpleNamespace(write=written.append, is_closing=lambda: False)
+    cycle = Cycle(transport=transport)
+    direct = DirectBodyWrites(cycle)
+    direct.hold(True)
+    assert isinstance(cycle.transport, _HeldWrites)
+    cycle.transport.write(b"status")
+    cycle.transport.write(b"first")
+    assert written == []
+    direct.hold(False)
+    assert cycle.transport is transport and written == [b"statusfirst"]
+    del cycle
+    direct.hold(True)  # a finished request's cycle: nothing to hold, nothing raises
+
+
+def test_the_edge_gives_every_request_one_asgi_entry_equal_to_uvicorns() -> None:
+    """The scope's "asgi" entry is what uvicorn's own httptools protocol writes, and one dict for every
+    request the edge's protocol serves (uvicorn makes one per request)."""
+    import threading
+    from typing import Any
+
+    import httpx
+    import uvicorn
+
+    from duet.api.server._server import protocol_for
+    from tests.conftest import free_port, wait_for_port
+
+    def entries(http: Any) -> list[Any]:
+        seen: list[Any] = []
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                return
+            seen.append(scope["asgi"])
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", http=http))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            wait_for_port(port)
+            with httpx.Client(timeout=5) as client:  # one kept-alive connection, then a new one
+                client.get(f"http://127.0.0.1:{port}/")
+                client.get(f"http://127.0.0.1:{port}/")
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+        finally:
+            server.should_exit = True
+            thread.join(10)
+        return seen
+
+    edge, stock = entries(protocol_for(ServiceOptions())), entries("httptools")
+    assert len(edge) == len(stock) == 3 and edge == stock
+    assert edge[0] is edge[1] is edge[2] and stock[0] is not stock[1]
