@@ -287,8 +287,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         calls = issue(result.content, state.issued)  # type: ignore[arg-type]
         if state.options.single_tool_call:
             calls = calls[:1]
-        client_calls = [call for call in calls if self._client_tool(workbench, call.name) is not None]
-        service_calls = [call for call in calls if self._client_tool(workbench, call.name) is None]
+        client_calls, service_calls, client_names = _split_calls(workbench, calls)
         if last_round and service_calls:
             logger.warning("%s is out of tool rounds (%d); not running %s", self.name, self._max_tool_rounds,
                            ", ".join(call.name for call in service_calls))
@@ -305,7 +304,7 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         state.turn += [self._asked(state, calls, answer, thinking_parts, result), FunctionExecutionResultMessage(content=results)]
         if client_calls:
             state.finished = True
-            for handing_off in self._hand_off(state, client_calls, run):  # the calls, then the handoff
+            for handing_off in self._hand_off(state, client_calls, client_names, run):  # the calls, then the handoff
                 yield handing_off
             return
         state.history += state.turn[-2:]
@@ -322,11 +321,11 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
         state.pass_back = state.pass_back or self._pass_reasoning_back == "auto"
         return ReasonedAssistantMessage(content=calls, thought=answer or None, source=self.name, reasoning=own_reasoning)
 
-    def _hand_off(self, state: _AnswerTurn, client_calls: list[FunctionCall], run: DuetRun | None) -> Iterator[DuetEvent | Response]:
-        """The client's calls, then the handoff that ends the turn. Its context is the turn the client
-        will not see (service calls and their results, earlier service-only rounds): Duet keeps it for
-        the follow-up with the client's results."""
-        names = [self._client_tool(state.workbench, call.name).client_name for call in client_calls]
+    def _hand_off(self, state: _AnswerTurn, client_calls: list[FunctionCall], names: list[str],
+                  run: DuetRun | None) -> Iterator[DuetEvent | Response]:
+        """The client's calls (``names``: the client's own name of each), then the handoff that ends the
+        turn. Its context is the turn the client will not see (service calls and their results, earlier
+        service-only rounds): Duet keeps it for the follow-up with the client's results."""
         observe_client_tool_calls(run, names)
         yield ToolCallsRequested(
             calls=[ToolCall(id=call.id, name=name, arguments=call.arguments) for call, name in zip(client_calls, names, strict=True)]
@@ -435,6 +434,23 @@ class AnswerAgent(DuetAgent, Component[AnswerAgentConfig]):
             max_tool_rounds=config.max_tool_rounds,
             pass_reasoning_back=config.pass_reasoning_back,
         )
+
+
+def _split_calls(workbench: Workbench | None, calls: list[FunctionCall]) -> tuple[list[FunctionCall], list[FunctionCall], list[str]]:
+    """The calls of the client's tools, the others (the service's), and the client's own name of each
+    client call: one look at the workbench per call."""
+    client_calls: list[FunctionCall] = []
+    service_calls: list[FunctionCall] = []
+    client_names: list[str] = []
+    find = workbench.client_tool if isinstance(workbench, DuetWorkbench) else None
+    for call in calls:
+        tool = find(call.name) if find is not None else None
+        if tool is None:
+            service_calls.append(call)
+        else:
+            client_calls.append(call)
+            client_names.append(tool.client_name)
+    return client_calls, service_calls, client_names
 
 
 def reasoning_note(reasoning: str, grounding: str = "") -> str:

@@ -14,8 +14,8 @@ The conversion is forgiving where real clients are sloppy and strict where a mod
 from __future__ import annotations
 
 import json
+import os
 import re
-import uuid
 from collections.abc import Mapping, Sequence  # isinstance against typing's aliases costs a Python-level check
 from typing import Any, Literal
 
@@ -89,7 +89,13 @@ DUET_CALL_ID = re.compile(r"^call_[0-9a-f]{24}$")
 
 
 def new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
+    """A tool call's id as Duet issues it (:data:`DUET_CALL_ID`): 24 random hex digits, the OS's bytes
+    without ``uuid4``'s object around them (a call id keys the hidden part of its round in the store).
+
+    >>> bool(DUET_CALL_ID.match(new_call_id())), new_call_id() != new_call_id()
+    (True, True)
+    """
+    return "call_" + os.urandom(12).hex()
 
 
 def _text(content: Any, param: str) -> str:

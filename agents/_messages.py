@@ -201,14 +201,25 @@ _REPLY_FIELDS = {"id", "source", "content", "metadata", "models_usage"}
 def client_handoff(source: str, calls: Sequence[FunctionCall], turn: list[LLMMessage], usage: RequestUsage) -> HandoffMessage:
     """The answer agent's handoff of client tool ``calls`` to :data:`CLIENT`; ``turn`` (the part of
     the turn the client does not see besides its calls) is kept by Duet for the follow-up."""
-    # model_construct: the turn holds messages this process built and validated.
-    return HandoffMessage.model_construct(
-        source=source,
-        target=CLIENT,
-        content=f"{source} asks the client to run {', '.join(call.name for call in calls)}.",
-        context=turn,
-        **{**_unset_fields(), "models_usage": usage},
-    )
+    # Built, not validated: the turn holds messages this process built and validated.
+    return _built_handoff({
+        "id": new_message_id(), "created_at": datetime.now(UTC), "metadata": {}, "models_usage": usage, "source": source,
+        "target": CLIENT, "content": f"{source} asks the client to run {', '.join([call.name for call in calls])}.", "context": turn,
+    })
+
+
+def _built_handoff(fields: dict[str, Any]) -> HandoffMessage:
+    """A ``HandoffMessage`` of ``fields`` (all of :data:`_TASK_HANDOFF`'s given fields), not validated,
+    as ``model_construct`` builds it, without its walk over the model's fields and their defaults (some
+    twenty Python calls): the task handoff's ``__dict__`` copied, ``fields`` over it; its set of given
+    fields shared (see :mod:`duet._fields_set`). HandoffMessage has no extra and no private attributes;
+    tests/unit/agents/test_messages.py pins that this matches ``model_construct``."""
+    message = HandoffMessage.__new__(HandoffMessage)
+    object.__setattr__(message, "__dict__", {**_TASK_HANDOFF.__dict__, **fields})
+    object.__setattr__(message, "__pydantic_fields_set__", _TASK_HANDOFF.__pydantic_fields_set__)
+    object.__setattr__(message, "__pydantic_extra__", None)
+    object.__setattr__(message, "__pydantic_private__", None)
+    return message
 
 
 def failure_reply(source: str, error: BaseException) -> HandoffMessage:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import marshal
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 import orjson
+from autogen_core.tools import ToolSchema
 
 from duet.workbenches._proxy_tool import ProxyTool
 
@@ -121,18 +123,50 @@ class ContentCache(Generic[_V]):
         return len(self._entries)
 
 
+def client_tools_by_name(tools: Iterable[ProxyTool]) -> dict[str, ProxyTool]:
+    """Each client tool by the names a model calls it: its alias, and the client's own name (models
+    sometimes use it instead of the alias); an alias wins over another tool's own name."""
+    tools = tools if isinstance(tools, (list, tuple)) else list(tools)
+    by_name = {tool.name: tool for tool in tools}
+    for tool in tools:
+        by_name.setdefault(tool.client_name, tool)
+    return by_name
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ClientToolIndex:
+    """What a request's workbench needs of a client tool list, made once per list (cached with it): the
+    tools, their schemas, each by name (:func:`client_tools_by_name`). Shared by requests: nobody changes it."""
+
+    tools: tuple[ProxyTool, ...]
+    schemas: tuple[ToolSchema, ...]
+    by_name: dict[str, ProxyTool]
+
+
+class ClientTools(list[ProxyTool]):
+    """The list :func:`proxy_tools_from_openai` returns, carrying the :class:`ClientToolIndex` of its
+    content, so that a request's workbench does no work per tool (:meth:`DuetWorkbench.for_request`,
+    which uses the index only while the list still holds its tools)."""
+
+    __slots__ = ("shared_index",)
+
+    def __init__(self, index: ClientToolIndex) -> None:
+        super().__init__(index.tools)
+        self.shared_index = index
+
+
 _tools: ContentCache[ProxyTool] = ContentCache(MAX_CACHED_TOOLS, MAX_CACHED_TOOL_CHARS)
-_tool_lists: ContentCache[tuple[ProxyTool, ...]] = ContentCache(MAX_CACHED_TOOL_LISTS, MAX_CACHED_TOOL_CHARS)
+_tool_lists: ContentCache[ClientToolIndex] = ContentCache(MAX_CACHED_TOOL_LISTS, MAX_CACHED_TOOL_CHARS)
 
 
-def _proxy_tool_list(tools: list[Mapping[str, Any]]) -> tuple[ProxyTool, ...]:
+def _proxy_tool_list(tools: list[Mapping[str, Any]]) -> ClientToolIndex:
     proxies = tuple(_tools.get_or_make(tool, ProxyTool.from_openai) for tool in tools)
     seen: set[str] = set()
     for proxy in proxies:
         if proxy.name in seen:
             raise ValueError(f"two tools are named '{proxy.client_name}'")
         seen.add(proxy.name)
-    return proxies
+    return ClientToolIndex(proxies, tuple(proxy.schema for proxy in proxies), client_tools_by_name(proxies))
 
 
 def proxy_tools_from_openai(tools: Iterable[Mapping[str, Any]], key: bytes | None = None) -> list[ProxyTool]:
@@ -148,4 +182,4 @@ def proxy_tools_from_openai(tools: Iterable[Mapping[str, Any]], key: bytes | Non
     Raises ``ValueError`` when two entries share a name, which no model could tell apart.
     """
     entries = tools if type(tools) is list else list(tools)
-    return list(_tool_lists.get_or_make(entries, _proxy_tool_list, key))
+    return ClientTools(_tool_lists.get_or_make(entries, _proxy_tool_list, key))

@@ -14,6 +14,7 @@ from typing_extensions import Self
 from duet.workbenches._context import RequestContext
 from duet.workbenches._functions import PythonFunctionTool
 from duet.workbenches._proxy_tool import ProxyTool
+from duet.workbenches._tool_schemas import ClientToolIndex, ClientTools, client_tools_by_name
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +67,8 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):
             kept, service_tools = _unshadowed(kept, client_tools, service_tools)
         super().__init__(tools=kept)
         self._service_tools = service_tools
-        self._client_tools = {tool.name: tool for tool in client_tools}
-        # Models sometimes call a tool by the client's original name instead of its alias.
-        for tool in client_tools:
-            self._client_tools.setdefault(tool.client_name, tool)
+        self._client_tools = client_tools_by_name(client_tools)
+        self._schemas: tuple[ToolSchema, ...] | None = None  # the client tools' own, when they are all the tools
         self._request = request
         self._takes_request = (
             {tool.name: tool for tool in service_tools if isinstance(tool, PythonFunctionTool) and tool.takes_request}
@@ -81,8 +80,29 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):
         cls, service_tools: Sequence[BaseTool[Any, Any]], client_tools: Sequence[ProxyTool], *, request: RequestContext | None = None
     ) -> "DuetWorkbench":
         """One request's workbench: the client's tools first, then the service's own; ``request`` is
-        what its service tools are told about the request."""
+        what its service tools are told about the request. Client tools as
+        :func:`~duet.workbenches.proxy_tools_from_openai` gave them, and no service tool: the workbench
+        is made from their index, made once per tool list, with no work per tool."""
+        index = client_tools.shared_index if type(client_tools) is ClientTools else None
+        if index is not None and not service_tools and index.tools == tuple(client_tools):  # still its tools (C compares)
+            return cls._of_client_tools(index, request)
         return cls([*client_tools, *service_tools], request=request)
+
+    @classmethod
+    def _of_client_tools(cls, index: ClientToolIndex, request: RequestContext | None) -> "DuetWorkbench":
+        """What ``cls(index.tools, request=request)`` makes, from the index. Mirrors StaticWorkbench.__init__
+        of autogen-core 0.7.5 (pinned) for tools without overrides (its set of the tools' names only
+        checks overrides); tests/unit/workbenches/test_workbench.py pins that the two agree."""
+        workbench = cls.__new__(cls)
+        workbench._tools = list(index.tools)
+        workbench._tool_overrides = {}
+        workbench._override_name_to_original = {}
+        workbench._service_tools = []
+        workbench._client_tools = index.by_name  # shared by the requests of this tool list: never changed
+        workbench._schemas = index.schemas
+        workbench._request = request
+        workbench._takes_request = {}
+        return workbench
 
     @property
     def request(self) -> RequestContext | None:
@@ -99,6 +119,8 @@ class DuetWorkbench(StaticStreamWorkbench, Component[DuetWorkbenchConfig]):
 
     async def list_tools(self) -> list[ToolSchema]:
         # StaticWorkbench's, without its per-tool look for overrides (this workbench has none).
+        if self._schemas is not None:
+            return list(self._schemas)
         return [tool.schema for tool in self._tools]
 
     def client_tool(self, name: str) -> ProxyTool | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -25,6 +26,7 @@ logger = logging.getLogger("duet.agents.continuations")
 SWEEP_INTERVAL = 60.0  # seconds between two sweeps of expired SQLite rows
 SWEEP_BATCH = 500  # rows deleted per statement: a sweep never holds the store for long
 _T = TypeVar("_T")
+_INSERT = "INSERT OR REPLACE INTO continuations VALUES (?, ?, ?)"
 
 
 class StoreThread:
@@ -127,12 +129,29 @@ class SQLiteContinuationStore(ContinuationStore):
 
     def _put(self, call_ids: Sequence[str], payload: str) -> None:
         now = time.time()
-        self._connection.executemany(
-            "INSERT OR REPLACE INTO continuations VALUES (?, ?, ?)", [(i, payload, now + self._ttl) for i in call_ids]
-        )
+        rows = [(i, payload, now + self._ttl) for i in call_ids]
+        if len(rows) == 1:
+            self._connection.execute(_INSERT, rows[0])
+        else:
+            self._put_rows(rows)
         if time.monotonic() >= self._next_sweep:  # queued: this put returns first
             self._next_sweep = time.monotonic() + self._sweep_interval
             self._thread.submit(self._sweep, now)
+
+    def _put_rows(self, rows: list[tuple[str, str, float]]) -> None:
+        """The rows in one transaction: all or none, and one commit. Without a transaction of its own
+        (``isolation_level=None``) ``executemany`` commits each row: a reasoning kept under its two keys
+        cost two commits, each a WAL write of the table's and both indexes' pages (~25 µs of CPU)."""
+        connection = self._connection
+        connection.execute("BEGIN IMMEDIATE")  # the write lock now, waited for as any write's (``timeout``)
+        try:
+            connection.executemany(_INSERT, rows)
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.execute("ROLLBACK")
+            raise
 
     def _sweep(self, now: float) -> None:
         """Deletes one batch of rows expired at ``now``; while batches come back full, queues the

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from autogen_agentchat.base import OrTerminationCondition, Team, TerminatedException, TerminationCondition
-from autogen_agentchat.conditions import SourceMatchTermination
-from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, MessageFactory, StopMessage
+from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
+from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, HandoffMessage, MessageFactory, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
 from autogen_core import AgentRuntime, ComponentModel, Subscription
@@ -86,12 +86,25 @@ class _InTurnOr(OrTerminationCondition):
     # the other in the calling task. No docstring and the stock label: it dumps as the stock condition.
     component_label = "OrTerminationCondition"
 
+    @property
+    def terminated(self) -> bool:
+        # The stock property's any() over a generator, as a loop (asked four times a run, a generator step per condition).
+        for condition in self._conditions:  # noqa: SIM110 - the loop is the point (no generator)
+            if condition.terminated:
+                return True
+        return False
+
     async def __call__(self, messages: Sequence[BaseAgentEvent | BaseChatMessage]) -> StopMessage | None:
         if self.terminated:
             raise RuntimeError("Termination condition has already been reached")
-        stops = [stop for condition in self._conditions if (stop := await condition(messages)) is not None]
+        stops: list[StopMessage] = []
+        for condition in self._conditions:  # a loop, not a comprehension: no function call of its own
+            if (stop := await condition(messages)) is not None:
+                stops.append(stop)
         if not stops:
             return None
+        if len(stops) == 1:  # what the stock condition builds again, its content and source the same
+            return stops[0]
         return StopMessage(id=new_message_id(),  # not uuid4's (a system call and a UUID object): _ids.new_message_id
                            content=", ".join(stop.content for stop in stops), source=", ".join(stop.source for stop in stops))
 
@@ -114,10 +127,31 @@ class _InTurnSourceMatch(SourceMatchTermination):
         return None
 
 
+class _InTurnHandoff(HandoffTermination):
+    # HandoffTermination as Duet's served termination asks it (_InTurnOr), on every run that ends in client
+    # tool calls or a failure: its stop message's id from _ids.new_message_id, not uuid4's default factory.
+    # The stock docstring, label and provider: it dumps as the stock condition.
+    __doc__ = HandoffTermination.__doc__
+    component_label = "HandoffTermination"
+
+    async def __call__(self, messages: Sequence[BaseAgentEvent | BaseChatMessage]) -> StopMessage | None:
+        # Mirrors HandoffTermination.__call__ of autogen-agentchat 0.7.5 (pinned).
+        if self._terminated:
+            raise TerminatedException("Termination condition has already been reached")
+        for message in messages:
+            if isinstance(message, HandoffMessage) and message.target == self._target:
+                self._terminated = True
+                return StopMessage(id=new_message_id(), content=f"Handoff to {self._target} from {message.source} detected.",
+                                   source="HandoffTermination")
+        return None
+
+
 def _in_turn(condition: TerminationCondition) -> TerminationCondition:
-    """``condition``, or its in-turn kind when it is a stock ``SourceMatchTermination``."""
+    """``condition``, or its in-turn kind when it is a stock ``SourceMatchTermination`` or ``HandoffTermination``."""
     if type(condition) is SourceMatchTermination:
         return _InTurnSourceMatch(condition._sources)  # its list of sources
+    if type(condition) is HandoffTermination:
+        return _InTurnHandoff(condition._target)
     return condition
 
 

@@ -96,6 +96,21 @@ def test_built_messages_are_valid_agentchat_messages() -> None:
     assert read_task(built[:2]) == (CONVERSATION, "earlier")
 
 
+def test_a_client_handoff_is_what_model_construct_builds() -> None:
+    """The client handoff is built without ``model_construct``'s walk over the fields: the same message
+    (fields, given fields, no extra, no private attributes), its given fields one set for every handoff."""
+    usage = RequestUsage(prompt_tokens=1, completion_tokens=2)
+    turn = [AssistantMessage(content=calls("notify"), source=ANSWERER_NAME), results()]
+    built, again = client_handoff(ANSWERER_NAME, calls("notify"), turn, usage), client_handoff(ANSWERER_NAME, calls("f"), [], usage)
+    constructed = HandoffMessage.model_construct(
+        id=built.id, created_at=built.created_at, metadata={}, models_usage=usage, source=ANSWERER_NAME, target=CLIENT,
+        content=f"{ANSWERER_NAME} asks the client to run notify.", context=turn)
+    assert built.__dict__ == constructed.__dict__ and list(built.__dict__) == list(constructed.__dict__)
+    assert built.model_fields_set == constructed.model_fields_set and built.model_fields_set is again.model_fields_set
+    assert (built.__pydantic_extra__, built.__pydantic_private__) == (constructed.__pydantic_extra__, constructed.__pydantic_private__)
+    assert built.metadata is not again.metadata and built.id != again.id
+
+
 def test_messages_from_outside_duet_are_read_the_agentchat_way() -> None:
     typed = TextMessage(source="user", content="What is Duet?")
     other_agent = TextMessage(source="critic", content="Be precise.")

@@ -1,5 +1,5 @@
 """The request's workbench (``workbenches/_workbench.py``): client tools shadow service tools of the same
-name."""
+name; a request's client tools as read from the wire make it from their list's index, with no work per tool."""
 
 from __future__ import annotations
 
@@ -33,6 +33,27 @@ def test_workbench_shadows_service_tools_with_client_tools() -> None:
     workbench = DuetWorkbench.for_request([service], [client])
     schemas = asyncio.run(workbench.list_tools())
     assert schemas == [{"name": "lookup", "description": "client lookup", "parameters": {"type": "object"}}]
+
+
+def test_a_request_workbench_of_client_tools_is_made_from_their_list_index() -> None:
+    """Client tools from :func:`proxy_tools_from_openai` carry their list's index (made once per list):
+    the workbench made from it is the one the tools would make one by one, its name map shared by the
+    requests of that list; a list changed since, or service tools beside them, take the general way."""
+    from duet.workbenches import proxy_tools_from_openai
+
+    wire = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in ("kb.search", "notify")]
+    tools, again = proxy_tools_from_openai(wire), proxy_tools_from_openai(wire)
+    request = RequestContext(request_id="r1")
+    indexed, by_hand = DuetWorkbench.for_request([], tools, request=request), DuetWorkbench(list(tools), request=request)
+    assert vars(indexed).keys() == vars(by_hand).keys() and {**vars(indexed), "_schemas": None} == vars(by_hand)
+    assert asyncio.run(indexed.list_tools()) == asyncio.run(by_hand.list_tools()) == [tool.schema for tool in tools]
+    assert indexed.client_tool("kb.search") is indexed.client_tool(tools[0].name) is tools[0] and indexed.request is request
+    assert DuetWorkbench.for_request([], again)._client_tools is indexed._client_tools  # one map for the list, not one per request
+    changed = proxy_tools_from_openai(wire)
+    changed[1] = ProxyTool("other", parameters={"type": "object"})
+    workbench = DuetWorkbench.for_request([], changed)
+    assert workbench.client_tool("other") is changed[1] and workbench.client_tool("notify") is None
+    assert [tool.name for tool in workbench.tools] == [tools[0].name, "other"]
 
 
 def who_asks(city: str, _context: RequestContext) -> dict[str, Any]:

@@ -331,3 +331,34 @@ def test_the_served_termination_stops_as_the_stock_one_with_an_id_drawn_without_
         assert not served.terminated
 
     asyncio.run(main())
+
+
+def test_the_served_termination_stops_on_a_handoff_to_the_client_as_the_stock_one_without_uuid4(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that ends in client tool calls (or a failure) hands off to the client: the served termination
+    stops it with the stock stop message's content and source, and no ``uuid4`` is drawn for it."""
+    import uuid
+
+    from autogen_agentchat.base import TerminatedException
+    from autogen_agentchat.messages import HandoffMessage
+    from duet.agents._names import CLIENT, REASONER_NAME
+    from duet.agents.pipeline._team import duet_termination
+
+    slot = TeamFactory(_component(answer=ReplayChatCompletionClient(["hi"])))()
+    served, stock = slot.team._termination_condition, duet_termination()  # type: ignore[attr-defined]
+    monkeypatch.setattr(uuid, "uuid4", lambda: pytest.fail("uuid4 drawn"))
+
+    async def main() -> None:
+        elsewhere = [HandoffMessage(id="h", source=REASONER_NAME, target="someone", content="over to you")]
+        assert await served(elsewhere) is None
+        handoff = [HandoffMessage(id="c", source=REASONER_NAME, target=CLIENT, content="failed")]
+        stop = await served(handoff)
+        monkeypatch.undo()
+        expected = await stock(handoff)
+        assert stop is not None and expected is not None and (stop.content, stop.source) == (expected.content, expected.source)
+        assert len(stop.id) == len(str(uuid.uuid4())) and served.terminated
+        with pytest.raises(TerminatedException):
+            await served._conditions[0](handoff)
+        await served.reset()
+        assert not served.terminated and await served(elsewhere) is None
+
+    asyncio.run(main())
