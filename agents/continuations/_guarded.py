@@ -152,6 +152,18 @@ class GuardedStore(ContinuationStore):
                 raise
             self._hold(call_ids, continuation)
 
+    async def put_each(self, writes: Sequence[tuple[Sequence[str], Continuation]]) -> None:
+        """:meth:`put` for each of ``writes``, in one call of the store."""
+        if not self._failing_over():
+            try:
+                await self._guard(self.store.put_each, writes)
+                return
+            except StoreUnavailable:
+                if not self._failing_over():
+                    raise
+        for call_ids, continuation in writes:
+            self._hold(call_ids, continuation)
+
     async def get(self, call_ids: Iterable[str], *, across_failover: bool = False) -> Continuation | None:
         """What is kept under the first of ``call_ids`` that has something. ``across_failover``: a read
         that meets a failover waits (bounded) for the new primary, and looks again a moment later when it

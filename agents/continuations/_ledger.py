@@ -33,7 +33,10 @@ MAX_LOCAL_CHARS = 16 * 1024 * 1024
 MAX_ENTRY_CHARS = 256 * 1024
 """A reasoning longer than this is not kept (the reasoner's own limit, max_reasoning_chars, is far below)."""
 MAX_PENDING_PUTS = 256
-"""Store writes in flight at most; more are dropped (the reuse is an optimisation, never a queue)."""
+"""Reasoning waiting to be written to the store at most; more is not kept there (the reuse is an
+optimisation, never a queue)."""
+WRITE_DELAY = 0.05
+"""Seconds the ledger gathers completed reasoning before it writes it to the store, all in one call."""
 
 
 def prefix_digests(conversation: Sequence[LLMMessage], user_type: type | tuple[type, ...]) -> dict[int, str]:
@@ -99,7 +102,7 @@ class ReasoningLedger:
     """
 
     def __init__(self, store: ContinuationStore, *, reuse_seconds: float | None = None, max_entries: int = MAX_LOCAL_ENTRIES,
-                 max_chars: int = MAX_LOCAL_CHARS) -> None:
+                 max_chars: int = MAX_LOCAL_CHARS, write_delay: float = WRITE_DELAY) -> None:
         """``reuse_seconds``, when given, overrides every reasoner's own ``reuse_seconds`` (0: no reuse at all)."""
         self.store = store
         self.reuse_override = reuse_seconds
@@ -107,7 +110,11 @@ class ReasoningLedger:
         self._max_chars = max_chars
         self._local: OrderedDict[str, tuple[float, Continuation, int]] = OrderedDict()  # newest last
         self._chars = 0
-        self._pending: set[asyncio.Task[None]] = set()
+        self._unwritten: dict[str, Continuation] = {}  # kept, not in the store yet: read here meanwhile
+        self._queued: list[tuple[list[str], Continuation]] = []  # the next write's
+        self._writing = 0  # entries of the write under way
+        self._writer: asyncio.Task[None] | None = None
+        self._write_delay = write_delay
 
     def window(self, configured: float) -> float:
         """Seconds a reasoner configured with ``configured`` reuses its reasoning (the override wins)."""
@@ -162,37 +169,61 @@ class ReasoningLedger:
         entry = Continuation(reasoning=reasoning, grounding=grounding, reuse_until=until)
         if until:
             self._remember(keys[0], entry)
-        if len(self._pending) >= MAX_PENDING_PUTS:
+        if len(self._queued) + self._writing >= MAX_PENDING_PUTS:
             return
-        # Not the request's store call (its observer is not told): a task of its own, outside the run's context.
-        task = asyncio.get_running_loop().create_task(self._put(keys, entry), context=contextvars.Context())
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._queued.append((keys, entry))
+        for key in keys:
+            self._unwritten[key] = entry
+        if self._writer is None:
+            # Not the request's store call (its observer is not told): a task of its own, outside the run's context.
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued(), context=contextvars.Context())
 
     async def notes(self, owner: str, pipeline: str, prefix_digests: Mapping[int, str]) -> dict[int, tuple[str, str]]:
         """The notes (reasoning, retrieved context) kept for these conversation prefixes, in one store
-        call: by the same index as given. A note the store lost (expired, an outage) is only missing."""
-        if not prefix_digests or not self.store.available:  # known to be out: the notes are missing, no probe
-            return {}
-        indices = list(prefix_digests)
-        try:
-            found = await self.store.get_each([self.note_key(owner, pipeline, prefix_digests[i]) for i in indices])
-        except StoreUnavailable:
-            return {}
-        return {index: (entry.reasoning, entry.grounding) for index, entry in zip(indices, found, strict=True) if entry is not None}
+        call: by the same index as given (those this worker has not written yet, from here). A note the
+        store lost (expired, an outage) is only missing."""
+        keys = {index: self.note_key(owner, pipeline, prefix_digests[index]) for index in prefix_digests}
+        notes = {index: entry for index, key in keys.items() if (entry := self._unwritten.get(key)) is not None}
+        unread = [index for index in keys if index not in notes]
+        if unread and self.store.available:  # (known to be out: the rest are missing, no probe)
+            try:
+                found = await self.store.get_each([keys[index] for index in unread])
+            except StoreUnavailable:
+                found = [None] * len(unread)
+            notes.update((index, entry) for index, entry in zip(unread, found, strict=True) if entry is not None)
+        return {index: (entry.reasoning, entry.grounding) for index, entry in notes.items()}
 
-    async def _put(self, keys: list[str], entry: Continuation) -> None:
+    async def _write_queued(self) -> None:
+        """Writes what was kept in the last ``write_delay`` seconds in one store call, until nothing is
+        left: one hand-off to the store (its thread, its server) for many requests, not one each."""
         try:
-            await self.store.put(keys, entry)
-        except StoreUnavailable:  # reported by the store: only the reuse by another worker is lost
-            pass
-        except Exception:
-            logger.warning("could not keep a reasoning for reuse", exc_info=True)
+            while self._queued:
+                await asyncio.sleep(self._write_delay)
+                writes, self._queued = self._queued, []
+                self._writing = len(writes)
+                try:
+                    await self.store.put_each(writes)
+                except StoreUnavailable:  # reported by the store: only the reuse by another worker is lost
+                    pass
+                except Exception:
+                    logger.warning("could not keep %d reasoning(s) for reuse", len(writes), exc_info=True)
+                finally:
+                    self._writing = 0
+                    self._forget_written(writes)
+        finally:
+            self._writer = None
+
+    def _forget_written(self, writes: list[tuple[list[str], Continuation]]) -> None:
+        unwritten = self._unwritten
+        for keys, entry in writes:
+            for key in keys:
+                if unwritten.get(key) is entry:  # (a later one under the same key waits for its own write)
+                    del unwritten[key]
 
     async def settle(self, timeout: float = 2.0) -> None:
-        """Waits (at most ``timeout`` seconds) for the store writes in flight (at shutdown)."""
-        if self._pending:
-            await asyncio.wait(set(self._pending), timeout=timeout)
+        """Waits (at most ``timeout`` seconds) for what was kept to be written (at shutdown)."""
+        if self._writer is not None:
+            await asyncio.wait({self._writer}, timeout=timeout)
 
     def _remember(self, key: str, entry: Continuation) -> None:
         size = len(entry.reasoning) + len(entry.grounding)
@@ -211,4 +242,4 @@ class ReasoningLedger:
         return len(self._local)
 
     def stats(self) -> dict[str, Any]:
-        return {"entries": len(self._local), "chars": self._chars, "pending": len(self._pending)}
+        return {"entries": len(self._local), "chars": self._chars, "pending": len(self._queued) + self._writing}

@@ -112,10 +112,14 @@ class RedisContinuationStore(ContinuationStore):
         self._failover_errors = (redis.ConnectionError, redis.ReadOnlyError, redis.TimeoutError, ConnectionError, TimeoutError)
 
     async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
-        payload = continuation.model_dump_json()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for call_id in call_ids:
-                pipe.set(self._prefix + call_id, payload, ex=self._ttl)
+        await self.put_each([(call_ids, continuation)])
+
+    async def put_each(self, writes: Sequence[tuple[Sequence[str], Continuation]]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:  # one round trip for them all
+            for call_ids, continuation in writes:
+                payload = continuation.model_dump_json()
+                for call_id in call_ids:
+                    pipe.set(self._prefix + call_id, payload, ex=self._ttl)
             await pipe.execute()
 
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:

@@ -192,6 +192,13 @@ class SQLiteContinuationStore(ContinuationStore):
     async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
         await self._run(self._put, call_ids, continuation.model_dump_json())
 
+    async def put_each(self, writes: Sequence[tuple[Sequence[str], Continuation]]) -> None:
+        await self._run(self._put_each, [(call_ids, continuation.model_dump_json()) for call_ids, continuation in writes])
+
+    def _put_each(self, writes: list[tuple[Sequence[str], str]]) -> None:
+        for call_ids, payload in writes:
+            self._put(call_ids, payload)
+
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
         ids = list(call_ids)
         if not ids:

@@ -107,6 +107,12 @@ class ContinuationStore(abc.ABC):
         answer in one call (Redis ``MGET``, one SQL query) override this loop."""
         return [await self.get([key]) for key in keys]
 
+    async def put_each(self, writes: Sequence[tuple[Sequence[str], Continuation]]) -> None:
+        """Each continuation under its keys, as :meth:`put` would. Back-ends that can write them all in one
+        call (one SQL transaction, one Redis pipeline) override this loop."""
+        for call_ids, continuation in writes:
+            await self.put(call_ids, continuation)
+
     async def ping(self) -> None:
         """Raises when the store cannot be reached (readiness checks call it)."""
         return

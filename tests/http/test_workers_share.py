@@ -14,6 +14,7 @@ import pytest
 from duet.api.server._workers import REUSE_PORT
 from tests.conftest import ANSWER, REASONER, DuetServer
 from tests.scripted_upstream import ScriptedUpstream
+from tests.waiting import eventually
 
 CONNECTIONS = 32
 LISTEN = "0A"  # a socket's state in /proc/net/tcp
@@ -30,6 +31,9 @@ def test_connections_opened_at_once_reach_both_workers(upstream: ScriptedUpstrea
            "DUET_ANSWER_MODEL": ANSWER, "DUET_API_KEYS": ""}
     server = DuetServer(["--workers", "2"], env, tmp_path / "duet.log")
     try:
+        # The server is ready once a worker answers; the other may still be starting (a loaded machine),
+        # and a socket not listening yet gets no connection: wait for both.
+        eventually(lambda: listening_sockets(server.port) == 2, "both workers listening", timeout=30)
         together = Barrier(CONNECTIONS)
 
         def one_connection(_: int) -> int:

@@ -175,3 +175,21 @@ def test_an_outage_that_begins_while_a_failover_still_writes_leaves_it_alone() -
         assert (await backend.get(["a"])).reasoning == "held"  # type: ignore[union-attr]
 
     asyncio.run(main())
+
+
+def test_writes_in_one_call_during_a_failover_are_each_held() -> None:
+    async def main() -> None:
+        backend = FailingOver()
+        store = GuardedStore(backend, timeout=1, failover_wait=10)
+        backend.back.clear()
+        await store.put_each([(["a"], round_("first")), (["b", "c"], round_("second"))])  # meets the failover
+        assert len(store._held) == 2
+        assert (await store.get(["c"])).reasoning == "second"  # type: ignore[union-attr]
+        await store.put_each([(["d"], round_("third"))])  # known to fail over: held at once
+        assert len(store._held) == 3
+        backend.back.set()
+        await asyncio.wait_for(store._failover.back(), 5)  # type: ignore[union-attr]
+        assert (await backend.get(["b"])).reasoning == "second"  # type: ignore[union-attr]
+        assert (await backend.get(["d"])).reasoning == "third"  # type: ignore[union-attr]
+
+    asyncio.run(main())
