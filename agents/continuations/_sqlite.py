@@ -128,8 +128,11 @@ class SQLiteContinuationStore(ContinuationStore):
         return await self._thread.call(function, *args)
 
     def _put(self, call_ids: Sequence[str], payload: str) -> None:
+        self._put_each([(call_ids, payload)])
+
+    def _put_each(self, writes: list[tuple[Sequence[str], str]]) -> None:
         now = time.time()
-        rows = [(i, payload, now + self._ttl) for i in call_ids]
+        rows = [(i, payload, now + self._ttl) for call_ids, payload in writes for i in call_ids]
         if len(rows) == 1:
             self._connection.execute(_INSERT, rows[0])
         else:
@@ -194,10 +197,6 @@ class SQLiteContinuationStore(ContinuationStore):
 
     async def put_each(self, writes: Sequence[tuple[Sequence[str], Continuation]]) -> None:
         await self._run(self._put_each, [(call_ids, continuation.model_dump_json()) for call_ids, continuation in writes])
-
-    def _put_each(self, writes: list[tuple[Sequence[str], str]]) -> None:
-        for call_ids, payload in writes:
-            self._put(call_ids, payload)
 
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
         ids = list(call_ids)
