@@ -16,6 +16,7 @@ from autogen_agentchat.teams._group_chat._events import (  # not exported (0.7.5
     GroupChatMessage,
     GroupChatRequestPublish,
     GroupChatReset,
+    GroupChatStart,
     GroupChatTermination,
     SerializableException,
 )
@@ -146,6 +147,26 @@ class RoundRobinManager(RoundRobinGroupChatManager):
         if type(message) is GroupChatRequestPublish:
             message = _REQUEST_TO_SPEAK
         await super().publish_message(message, topic_id, cancellation_token=cancellation_token)
+
+    @rpc
+    async def handle_start(self, message: GroupChatStart, ctx: MessageContext) -> None:  # type: ignore[override]
+        # Mirrors BaseGroupChatManager.handle_start of autogen-agentchat 0.7.5 (pinned), its two topics made
+        # without the pattern check (_team_topic) and published in this coroutine (_publish): ~30 calls a run.
+        if self._termination_condition is not None and self._termination_condition.terminated:
+            await self._signal_termination(StopMessage(content="The group chat has already terminated.", source=self._name))
+            return
+        await self.validate_group_state(message.messages)
+        if message.messages is not None:
+            await _publish(self, GroupChatStart(messages=message.messages), _team_topic(self._output_topic_type, self), None)
+            if message.output_task_messages:
+                for task_message in message.messages:
+                    await self._output_message_queue.put(task_message)
+            await _publish(self, GroupChatStart(messages=message.messages), _team_topic(self._group_topic_type, self),
+                           ctx.cancellation_token)
+            await self.update_message_thread(message.messages)
+            if await self._apply_termination_condition(message.messages):
+                return
+        await self._transition_to_next_speakers(ctx.cancellation_token)
 
     async def _signal_termination(self, message: StopMessage) -> None:
         # Mirrors BaseGroupChatManager._signal_termination of autogen-agentchat 0.7.5 (pinned), its topic made

@@ -179,3 +179,24 @@ def test_duets_team_asks_whether_an_agent_is_a_team_once_per_class(monkeypatch: 
     runs = asyncio.run(main())
     assert runs[0] == ["user:go", "first:one", "second:two"] and runs[1] == ["user:go", "first:three", "second:four"]
     assert asked.count("AssistantAgent") <= 1  # 4 a run before: each turn and each reset asked
+
+
+def test_duets_manager_starts_a_run_without_checking_its_topics_against_the_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group chat manager of Duet's team publishes a run's start (to the output topic, then to
+    the group's) with topics made without ``TopicId``'s pattern check (a regex each), as its turns
+    are: no team topic is checked in a whole run, where a stock team checks them; who spoke is the same
+    (the messages and topics themselves: test_duets_team_publishes_what_a_stock_team_publishes_...)."""
+    from autogen_core import _topic
+
+    checked: list[str] = []
+    stock = _topic.is_valid_topic_type
+
+    def counted(value: str) -> bool:
+        checked.append(value.rsplit("_", 1)[0])
+        return stock(value)
+
+    monkeypatch.setattr(_topic, "is_valid_topic_type", counted)  # this test's spy, undone after it
+    assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    assert [kind for kind in checked if kind in ("output_topic", "group_topic")] == []
+    assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    assert "output_topic" in checked and "group_topic" in checked
