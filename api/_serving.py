@@ -408,7 +408,10 @@ class _EventSource:
             first += more
         self._first = first
         failure = next((event for event in first if type(event) not in _HELD_BACK), None)
-        if isinstance(failure, Failed):
+        # A run that failed in the step its first event began the stream in (:meth:`_first_through`): the
+        # status line is out, so the failure is the stream's error event, not a second status line.
+        begun = self.starter is not None and self.starter.started
+        if isinstance(failure, Failed) and not begun:
             return self._protocol.error_response(as_api_error(failure.error))
         return None
 

@@ -247,6 +247,11 @@ class EventStreamResponse(Response):
         self._late: asyncio.TimerHandle | None = None  # the end of an error response's time to finish at a stop
         self._begun_by: tuple[Scope, Send, DirectWrites] | None = None  # while the source may begin the stream (begin)
 
+    @property
+    def started(self) -> bool:
+        """The status line is out (the source may have begun the stream itself, :meth:`begin`)."""
+        return self._started
+
     def startable(self) -> bool:
         """Whether the source may :meth:`begin` the stream now, in its own step: it waits for its first
         events, the edge server writes directly, and the client's connection takes the status line at once."""
