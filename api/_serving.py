@@ -387,6 +387,7 @@ class _EventSource:
         self.first_wait = first_wait
         self.keep_alive = protocol.keep_alive
         self._first: list[DuetEvent] = []
+        self._unsent = b""  # the first event's bytes, rendered, not sent when the source began the stream (begin)
         self._closed = False
         self.starter: EventStreamResponse | None = None
         """The streamed response, which may be begun in the step of the agent that emits the first event."""
@@ -408,7 +409,10 @@ class _EventSource:
             first += more
         self._first = first
         failure = next((event for event in first if type(event) not in _HELD_BACK), None)
-        if isinstance(failure, Failed):
+        # A run that failed in the step its first event began the stream in (:meth:`_first_through`): the
+        # status line is out, so the failure is the stream's error event, not a second status line.
+        begun = self.starter is not None and self.starter.started
+        if isinstance(failure, Failed) and not begun:
             return self._protocol.error_response(as_api_error(failure.error))
         return None
 
@@ -425,7 +429,7 @@ class _EventSource:
             if type(event) in _HELD_BACK or not starter.startable():
                 return False
             renderer.render(event)
-            starter.begin(writer.take())
+            self._unsent = starter.begin(writer.take())  # what a send that would have waited left to the stream's task
             run.wake()
             return True
 
@@ -454,7 +458,8 @@ class _EventSource:
         event = None
         if self._run.ended:
             await self._protocol.completed(self._request, self._writer)
-        yield take()
+        unsent, self._unsent = self._unsent, b""
+        yield unsent + take() if unsent else take()
         deliver = None if direct is None else self._writing_through(direct)
         while not self._run.ended:
             for event in await self._run.next_batch(deliver=deliver):

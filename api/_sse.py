@@ -247,31 +247,45 @@ class EventStreamResponse(Response):
         self._late: asyncio.TimerHandle | None = None  # the end of an error response's time to finish at a stop
         self._begun_by: tuple[Scope, Send, DirectWrites] | None = None  # while the source may begin the stream (begin)
 
+    @property
+    def started(self) -> bool:
+        """The status line is out (the source may have begun the stream itself, :meth:`begin`)."""
+        return self._started
+
     def startable(self) -> bool:
         """Whether the source may :meth:`begin` the stream now, in its own step: it waits for its first
         events, the edge server writes directly, and the client's connection takes the status line at once."""
         begun_by = self._begun_by
         return begun_by is not None and not self._started and begun_by[2].startable()
 
-    def begin(self, data: bytes) -> None:
+    def begin(self, data: bytes) -> bytes:
         """Sends the status line and ``data`` (the stream's first bytes) now, in the caller's step (call
         only just after :meth:`startable` said yes): the first token an agent reads goes to the client
         without waking the response's task (one pass of the event loop less; on a busy worker each pass is
         long). Through ASGI's ``send`` (the request's id header, its status for the log), which returns at
-        once on a connection that takes writes; as one write, as the response's own first chunk goes."""
+        once on a connection that takes writes; as one write, as the response's own first chunk goes.
+
+        Returns what of ``data`` it did not send: all of it when a ``send`` would have waited (a
+        middleware of the app's that hands messages to a task of its own, as Starlette's
+        ``BaseHTTPMiddleware`` does): the stream's task then sends them (and the status line, unless it
+        went out), as ever, and the stream is begun this way no more."""
         scope, send, _ = self._begun_by  # type: ignore[misc]  # startable() saw it
         hold_writes: Callable[[bool], None] | None = scope.get(HOLD_WRITES) if data else None
         if hold_writes is not None:
             hold_writes(True)
         try:
-            _at_once(send({"type": "http.response.start", "status": 200, "headers": _HEADERS}))
+            if not _at_once(send({"type": "http.response.start", "status": 200, "headers": _HEADERS})):
+                self._begun_by = None
+                return data
             self._started = True
-            if data:
-                _at_once(send({"type": "http.response.body", "body": data, "more_body": True}))
+            if data and not _at_once(send({"type": "http.response.body", "body": data, "more_body": True})):
+                self._begun_by = None
+                return data
         finally:
             if hold_writes is not None:
                 hold_writes(False)
         self._last_write = asyncio.get_running_loop().time()
+        return b""
 
     def writable(self) -> bool:
         """:class:`DirectWrites` for the source: the edge server's, while no ``send`` is under way."""
@@ -410,15 +424,17 @@ class EventStreamResponse(Response):
             heartbeat.cancel()
 
 
-def _at_once(step: Awaitable[None]) -> None:
-    """Runs ``step`` (an ASGI ``send`` the connection said would not wait) to its end, in the caller's step."""
+def _at_once(step: Awaitable[None]) -> bool:
+    """Runs ``step`` (an ASGI ``send`` the connection said would not wait) to its end, in the caller's
+    step; False when it would have waited (it is closed where it waited: a middleware's that hands the
+    message to a task of its own has not handed it yet)."""
     steps = step.__await__()
     try:
         next(steps)
     except StopIteration:
-        return
+        return True
     steps.close()
-    raise RuntimeError("an ASGI send waited that was expected to return at once")
+    return False
 
 
 class _HeartbeatTicker:

@@ -32,6 +32,11 @@ class MemoryContinuationStore(ContinuationStore):
             entries[call_id] = (expires, continuation)
             entries.move_to_end(call_id)  # a key put again expires last
 
+    async def put_each(self, writes: Sequence[tuple[Sequence[str], Continuation]]) -> None:
+        # In the process, no wait: a batch is one call of the store (GuardedStore bounds it as one).
+        for call_ids, continuation in writes:
+            await self.put(call_ids, continuation)
+
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
         now = time.monotonic()
         for call_id in call_ids:

@@ -1,0 +1,39 @@
+"""The guarded store (:mod:`duet.agents.continuations._guarded`): each call of a back-end bounded by its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable, Sequence
+
+from duet.agents.continuations import Continuation, ContinuationStore, GuardedStore
+
+
+class PutOnly(ContinuationStore):
+    """A back-end of a user's that writes one continuation per call (no ``put_each`` of its own), each
+    well within the guard's timeout."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Continuation] = {}
+
+    async def put(self, call_ids: Sequence[str], continuation: Continuation) -> None:
+        await asyncio.sleep(0.03)  # a round trip
+        self.kept.update(dict.fromkeys(call_ids, continuation))
+
+    async def get(self, call_ids: Iterable[str]) -> Continuation | None:
+        return next((self.kept[call_id] for call_id in call_ids if call_id in self.kept), None)
+
+
+def test_a_batch_of_writes_to_a_back_end_without_put_each_is_timed_per_write() -> None:
+    """The reasoning ledger writes what requests kept within 50 ms in one ``put_each`` (issue 28): for a
+    back-end that writes one by one, each write gets the guard's timeout, as each did when written alone;
+    a batch that takes longer in all is no outage."""
+
+    async def main() -> tuple[bool, list[Continuation | None]]:
+        store = GuardedStore(PutOnly(), timeout=0.25)
+        writes = [([f"key-{n}"], Continuation(reasoning=f"thought {n}")) for n in range(20)]  # ~0.6 s in all
+        await store.put_each(writes)
+        return store.available, await store.get_each([f"key-{n}" for n in range(20)])
+
+    available, found = asyncio.run(main())
+    assert available
+    assert [entry and entry.reasoning for entry in found] == [f"thought {n}" for n in range(20)]

@@ -1,0 +1,115 @@
+"""The request flow's streamed response (:mod:`duet.api._serving`): how a run's events become the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from typing import Any
+
+from autogen_core import CancellationToken
+from starlette.responses import JSONResponse
+
+from duet.agents._events import ContentDelta, Failed
+from duet.agents.pipeline._stream import DuetStream, EventChannel
+from duet.api import _sse
+from duet.api._serving import _EventSource
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def take(self) -> bytes:
+        data, self.pending = self.pending, b""
+        return data
+
+    def error(self, error: Any) -> None:
+        self.pending += b"data: error\n\n"
+
+
+class _Renderer:
+    def __init__(self, writer: _Writer) -> None:
+        self.writer = writer
+
+    def render(self, event: Any) -> None:
+        self.writer.pending += b"data: error\n\n" if isinstance(event, Failed) else f"data: {event.text}\n\n".encode()
+
+
+class _Protocol:
+    keep_alive = b": ping\n\n"
+
+    def error_response(self, error: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": "instead"}, status_code=502)
+
+    async def completed(self, request: Any, writer: Any) -> None:
+        pass
+
+
+class _Direct:
+    def startable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        raise AssertionError("not writable")
+
+
+async def _streamed(send: Any, *events: Any) -> None:
+    """A streamed response of a run whose first ``events`` are emitted in one step while the stream waits
+    for them (the first begins the stream, :meth:`_EventSource._first_through`), written through ``send``."""
+    channel = EventChannel()
+    driver = asyncio.ensure_future(asyncio.sleep(0))
+    run = DuetStream(channel, driver, CancellationToken())  # type: ignore[arg-type]
+    writer = _Writer()
+    source = _EventSource(types.SimpleNamespace(in_flight=0), run, _Protocol(), None, _Renderer(writer), writer,  # type: ignore[arg-type]
+                          first_wait=15)
+    response = _sse.EventStreamResponse(source, ping_interval=15)  # type: ignore[arg-type]
+    source.starter = response
+    watched: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    scope = {"type": "http", _sse.DIRECT_WRITES: _Direct(), _sse.WATCH_DISCONNECT: lambda future, then: watched.set_result}
+    writing = asyncio.ensure_future(response(scope, None, send))  # type: ignore[arg-type]
+    for _ in range(3):
+        await asyncio.sleep(0)  # the stream waits for its first event
+    assert response.startable()
+    for event in events:
+        channel.emit(event)
+    await asyncio.wait_for(writing, 5)
+    await driver
+
+
+def _recorder(sent: list[dict[str, Any]], waits: bool = False) -> Any:
+    """ASGI's ``send`` as uvicorn checks it (one status line), recording into ``sent``; ``waits``: as a
+    middleware's that hands each message to a task of its own (Starlette's ``BaseHTTPMiddleware``)."""
+
+    async def send(message: dict[str, Any]) -> None:
+        if waits:
+            await asyncio.sleep(0)
+        if message["type"] == "http.response.start" and any(m["type"] == message["type"] for m in sent):
+            raise RuntimeError("Unexpected ASGI message 'http.response.start' sent, after response already started.")
+        sent.append(message)
+
+    return send
+
+
+def test_a_failure_right_after_the_first_event_began_the_stream_is_its_error_event_not_a_second_status_line() -> None:
+    """The first event begins the stream in the emitting agent's step (issue 28), and the run fails in that
+    same step (the model's stream brought a token and its error in one read): the status line is out, so
+    the failure is the stream's one error event; never a second ``http.response.start`` (uvicorn raises,
+    the client's stream breaks off without its error)."""
+    sent: list[dict[str, Any]] = []
+    asyncio.run(_streamed(_recorder(sent), ContentDelta(text="first"), Failed(message="engine died", error=RuntimeError("engine died"))))
+    assert [m["type"] for m in sent].count("http.response.start") == 1 and sent[0]["status"] == 200
+    assert b"".join(m.get("body", b"") for m in sent[1:]) == b"data: first\n\ndata: error\n\n"
+
+
+def test_a_send_that_would_wait_leaves_the_first_event_to_the_streams_task() -> None:
+    """An app's middleware whose ``send`` waits (Starlette's ``BaseHTTPMiddleware`` with CORS on, where
+    the whole middleware stack serves the protocol routes): the first event is not begun in the agent's
+    step (no RuntimeError in it, the run goes on), and the stream's task sends the status line and it."""
+    sent: list[dict[str, Any]] = []
+    asyncio.run(_streamed(_recorder(sent, waits=True), ContentDelta(text="first"), ContentDelta(text="second"),
+                          Failed(message="engine died", error=RuntimeError("engine died"))))
+    assert [m["type"] for m in sent].count("http.response.start") == 1 and sent[0]["status"] == 200
+    assert b"".join(m.get("body", b"") for m in sent[1:]) == b"data: first\n\ndata: second\n\ndata: error\n\n"
