@@ -5,24 +5,55 @@ lighter for a team a pipeline keeps for every request in flight (AgentChat 0.7.5
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeGuard
 
 from autogen_agentchat.base import Response, Team
+from autogen_agentchat.teams import BaseGroupChat
 from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._events import (  # not exported (0.7.5)
     GroupChatAgentResponse,
     GroupChatError,
     GroupChatMessage,
     GroupChatRequestPublish,
+    GroupChatReset,
+    GroupChatStart,
     GroupChatTermination,
     SerializableException,
 )
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager  # not exported (0.7.5)
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
-from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, TopicId, event
+from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, TopicId, event, rpc
 from opentelemetry import trace
 
 from duet.agents.runtime import noted_at_once
+
+
+_KINDS: dict[tuple[type, type], bool] = {}
+_MOST_KINDS = 256  # (class, kind) pairs kept; past it, asked each time
+"""Whether an instance of a class is one of a kind, by (class, kind): see :func:`is_team`."""
+
+
+def _of_kind(obj: object, kind: type) -> bool:
+    """``isinstance(obj, kind)``, kept for the class of ``obj`` (see :func:`is_team`)."""
+    known = isinstance(obj, kind)
+    if len(_KINDS) < _MOST_KINDS:
+        _KINDS[obj.__class__, kind] = known
+    return known
+
+
+def is_team(obj: object) -> TypeGuard[Team]:
+    """``isinstance(obj, Team)``, asked once per class of ``obj``. AgentChat's ``Team`` and its
+    subclasses (0.7.5, pinned) have typing's protocol metaclass (``Team`` derives from the
+    ``TaskRunner`` protocol): ~8 Python calls an ``isinstance``, where a dictionary look-up is 1, and
+    the answer depends on the class alone. A served run asks five times (each turn, each reset)."""
+    known = _KINDS.get((obj.__class__, Team))
+    return _of_kind(obj, Team) if known is None else known
+
+
+def is_group_chat(obj: object) -> TypeGuard[BaseGroupChat]:
+    """``isinstance(obj, BaseGroupChat)``, asked once per class of ``obj`` (see :func:`is_team`)."""
+    known = _KINDS.get((obj.__class__, BaseGroupChat))
+    return _of_kind(obj, BaseGroupChat) if known is None else known
 
 
 def _spans_recorded() -> bool:
@@ -56,14 +87,14 @@ class TurnContainer(ChatAgentContainer):
     @event
     async def handle_request(self, message: GroupChatRequestPublish, ctx: MessageContext) -> None:  # type: ignore[override]
         agent = self._agent
-        if isinstance(agent, Team) or _spans_recorded():
+        if is_team(agent) or _spans_recorded():
             return await super().handle_request(message, ctx)  # type: ignore[call-arg]  # the handler, bound
         # ChatAgentContainer.handle_request for an agent (AgentChat 0.7.5, pinned), outside the span;
         # here, not in a coroutine of its own: the turn's coroutines are kept for as long as the turn.
         parent = _team_topic(self._parent_topic_type, self)
         try:
             response: Response | None = None
-            async for item in agent.on_messages_stream(self._message_buffer, ctx.cancellation_token):
+            async for item in agent.on_messages_stream(self._message_buffer, ctx.cancellation_token):  # type: ignore[union-attr]  # not a Team (asked above)
                 if isinstance(item, Response):
                     await self._log_message(item.chat_message)
                     response = item
@@ -76,6 +107,16 @@ class TurnContainer(ChatAgentContainer):
         except Exception as exc:
             await _publish(self, GroupChatError(error=SerializableException.from_exception(exc)), parent, ctx.cancellation_token)
             raise
+
+    @rpc
+    async def handle_reset(self, message: GroupChatReset, ctx: MessageContext) -> None:  # type: ignore[override]
+        # Mirrors ChatAgentContainer.handle_reset of autogen-agentchat 0.7.5 (pinned), whether its agent is a
+        # team asked once per class (is_team).
+        self._message_buffer.clear()
+        if is_team(self._agent):
+            await self._agent.reset()
+        else:
+            await self._agent.on_reset(ctx.cancellation_token)  # type: ignore[union-attr]  # not a Team: a ChatAgent
 
     async def _log_message(self, message: BaseAgentEvent | BaseChatMessage) -> None:
         # Mirrors ChatAgentContainer._log_message of autogen-agentchat 0.7.5 (pinned), its topic made without
@@ -106,6 +147,26 @@ class RoundRobinManager(RoundRobinGroupChatManager):
         if type(message) is GroupChatRequestPublish:
             message = _REQUEST_TO_SPEAK
         await super().publish_message(message, topic_id, cancellation_token=cancellation_token)
+
+    @rpc
+    async def handle_start(self, message: GroupChatStart, ctx: MessageContext) -> None:  # type: ignore[override]
+        # Mirrors BaseGroupChatManager.handle_start of autogen-agentchat 0.7.5 (pinned), its two topics made
+        # without the pattern check (_team_topic) and published in this coroutine (_publish): ~30 calls a run.
+        if self._termination_condition is not None and self._termination_condition.terminated:
+            await self._signal_termination(StopMessage(content="The group chat has already terminated.", source=self._name))
+            return
+        await self.validate_group_state(message.messages)
+        if message.messages is not None:
+            await _publish(self, GroupChatStart(messages=message.messages), _team_topic(self._output_topic_type, self), None)
+            if message.output_task_messages:
+                for task_message in message.messages:
+                    await self._output_message_queue.put(task_message)
+            await _publish(self, GroupChatStart(messages=message.messages), _team_topic(self._group_topic_type, self),
+                           ctx.cancellation_token)
+            await self.update_message_thread(message.messages)
+            if await self._apply_termination_condition(message.messages):
+                return
+        await self._transition_to_next_speakers(ctx.cancellation_token)
 
     async def _signal_termination(self, message: StopMessage) -> None:
         # Mirrors BaseGroupChatManager._signal_termination of autogen-agentchat 0.7.5 (pinned), its topic made

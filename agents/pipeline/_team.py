@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from autogen_agentchat.base import Team, TerminationCondition
 from autogen_agentchat.conditions import HandoffTermination, SourceMatchTermination
-from autogen_agentchat.teams import BaseGroupChat, RoundRobinGroupChat
+from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._events import GroupChatReset  # not exported (0.7.5)
 from autogen_core import AgentRuntime, CancellationToken, MessageContext, SingleThreadedAgentRuntime
 from autogen_core.models import ChatCompletionClient
@@ -17,6 +17,7 @@ from duet.workbenches import DuetWorkbench, ProxyTool
 from duet.agents._answer_agent import AnswerAgent
 from duet.agents._grounding import GroundingAgent
 from duet.agents._ids import new_message_id
+from duet.agents.pipeline._group_chat import is_group_chat
 from duet.agents._names import ANSWERER_NAME, CLIENT, GROUNDER_NAME, REASONER_NAME, TEAM_NAME
 from duet.agents.upstream import ANSWER_MODEL_INFO
 from duet.agents._reasoning_agent import ReasoningAgent
@@ -86,7 +87,7 @@ async def reset_team(team: Team, runtime: SingleThreadedAgentRuntime | None) -> 
     manager's thread, turn and termination); an agent the team never made has nothing to reset.
     Anything else (a team that is running or not initialised, a runtime that is watched, another
     runtime): AgentChat's own reset."""
-    if not (isinstance(team, BaseGroupChat) and isinstance(runtime, LeanAgentRuntime) and team._initialized
+    if not (is_group_chat(team) and isinstance(runtime, LeanAgentRuntime) and team._initialized
             and not team._is_running and runtime._unobserved()):
         await team.reset()
         if runtime is not None:

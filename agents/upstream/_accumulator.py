@@ -91,18 +91,24 @@ class ToolCallBuilder:
         self.extra: dict[str, Any] | None = None
 
     def add(self, delta: Mapping[str, Any]) -> None:
-        if delta.get("id") and not self.id:
-            self.id = delta["id"]
-        if not delta.keys() <= _CALL_KEYS:  # provider fields beside the call's own
-            self._keep_extra(delta)
-        function = delta.get("function") or {}
+        # Called for every fragment a call streams: written to make few calls (a loop over the keys, not
+        # a keys view; the id asked for until one came; a str told by its class before isinstance).
+        if not self.id:
+            self.id = delta.get("id") or ""
+        for key in delta:
+            if key not in _CALL_KEYS:  # provider fields beside the call's own
+                self._keep_extra(delta)
+                break
+        function = delta.get("function")
+        if not function:
+            return
         name = function.get("name")
         # Some servers repeat the full name in every delta, others split it: only append new text.
         if name and name != self.name:
             self.name += name
         arguments = function.get("arguments")
         if arguments:  # a string, or (some servers) the arguments as an object
-            self.arguments.append(arguments if isinstance(arguments, str) else json.dumps(arguments))
+            self.arguments.append(arguments if arguments.__class__ is str or isinstance(arguments, str) else json.dumps(arguments))
 
     def _keep_extra(self, delta: Mapping[str, Any]) -> None:
         """Provider fields of the call (Gemini's ``extra_content``), kept to be sent back as they came."""

@@ -136,3 +136,67 @@ def test_duets_team_publishes_what_a_stock_team_publishes_to_the_same_topics() -
     published.clear()
     assert asyncio.run(run_a_team_on(Recording(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
     assert duets == published and ("GroupChatMessage", "output_topic") in duets and ("GroupChatAgentResponse", "group_topic") in duets
+
+
+def test_duets_team_asks_whether_an_agent_is_a_team_once_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AgentChat's ``Team`` has typing's protocol metaclass (~8 Python calls an ``isinstance``): Duet's
+    container asks whether its agent is a team once per agent class, not at every turn and reset, and
+    its turns and resets go on as AgentChat's (the team runs again after its reset, from the start)."""
+    import typing
+
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.base import Team
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+    from duet.agents.pipeline._group_chat import is_group_chat, is_team
+    from duet.agents.pipeline._team_factory import _RoundRobinTeam
+
+    asked: list[str] = []
+    stock = typing._ProtocolMeta.__instancecheck__  # type: ignore[attr-defined]
+
+    def counted(cls: type, instance: object) -> bool:
+        if cls is Team:
+            asked.append(type(instance).__name__)
+        return bool(stock(cls, instance))
+
+    monkeypatch.setattr(typing._ProtocolMeta, "__instancecheck__", counted)  # this test's spy, undone after it
+
+    async def main() -> list[list[str]]:
+        runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+        team = _RoundRobinTeam([AssistantAgent("first", ReplayChatCompletionClient(["one", "three", "five"])),
+                                AssistantAgent("second", ReplayChatCompletionClient(["two", "four", "six"]))],
+                               termination_condition=MaxMessageTermination(3), runtime=runtime)
+        assert is_team(team) and is_group_chat(team) and not is_team(team._participants[0])
+        runs = []
+        for _ in range(3):
+            runtime.start()
+            result = await asyncio.wait_for(team.run(task="go"), 5)
+            runs.append([f"{message.source}:{message.to_text()}" for message in result.messages])
+            await asyncio.wait_for(team.reset(), 5)  # AgentChat's: a reset message to each container
+            await runtime.stop_when_idle()
+        return runs
+
+    runs = asyncio.run(main())
+    assert runs[0] == ["user:go", "first:one", "second:two"] and runs[1] == ["user:go", "first:three", "second:four"]
+    assert asked.count("AssistantAgent") <= 1  # 4 a run before: each turn and each reset asked
+
+
+def test_duets_manager_starts_a_run_without_checking_its_topics_against_the_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group chat manager of Duet's team publishes a run's start (to the output topic, then to
+    the group's) with topics made without ``TopicId``'s pattern check (a regex each), as its turns
+    are: no team topic is checked in a whole run, where a stock team checks them; who spoke is the same
+    (the messages and topics themselves: test_duets_team_publishes_what_a_stock_team_publishes_...)."""
+    from autogen_core import _topic
+
+    checked: list[str] = []
+    stock = _topic.is_valid_topic_type
+
+    def counted(value: str) -> bool:
+        checked.append(value.rsplit("_", 1)[0])
+        return stock(value)
+
+    monkeypatch.setattr(_topic, "is_valid_topic_type", counted)  # this test's spy, undone after it
+    assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
+    assert [kind for kind in checked if kind in ("output_topic", "group_topic")] == []
+    assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
+    assert "output_topic" in checked and "group_topic" in checked

@@ -362,3 +362,37 @@ def test_the_served_termination_stops_on_a_handoff_to_the_client_as_the_stock_on
         assert not served.terminated and await served(elsewhere) is None
 
     asyncio.run(main())
+
+
+def test_the_served_termination_makes_its_stop_messages_without_deep_copying_a_default() -> None:
+    """The served termination's stop messages (the answer's, the client handoff's, and both joined
+    when a handoff comes from the answerer) are given their ``metadata``: pydantic deep-copies a
+    mutable default for every message made without it (``copy.deepcopy``: ~12 Python calls). They
+    carry what the stock ones carry (empty metadata, the same content and source)."""
+    import sys
+
+    from autogen_agentchat.messages import HandoffMessage
+    from duet.agents._names import ANSWERER_NAME, CLIENT
+    from duet.agents.pipeline._team import duet_termination
+
+    slot = TeamFactory(_component(answer=ReplayChatCompletionClient(["hi"])))()
+    served, stock = slot.team._termination_condition, duet_termination()  # type: ignore[attr-defined]
+    handoff = [HandoffMessage(id="c", source=ANSWERER_NAME, target=CLIENT, content="calls")]
+    copies: list[str] = []
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name == "deepcopy":
+            copies.append(frame.f_code.co_filename)
+
+    async def main() -> tuple[Any, Any]:
+        sys.setprofile(watch)
+        try:
+            stop = await served(handoff)
+        finally:
+            sys.setprofile(None)
+        return stop, await stock(handoff)
+
+    stop, expected = asyncio.run(main())
+    assert copies == []
+    assert (stop.content, stop.source, stop.metadata) == (expected.content, expected.source, expected.metadata) == (
+        expected.content, "HandoffTermination, SourceMatchTermination", {})

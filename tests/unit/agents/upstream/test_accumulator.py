@@ -433,3 +433,36 @@ def test_provider_fields_of_a_tool_call_are_kept() -> None:
     plain = StreamAccumulator("m")
     plain.read([dialect_chunk({"tool_calls": [{"index": 0, "id": "", "type": "function", "function": {}}]}), dialect_chunk({}, "tool_calls")])
     assert type(plain.result().content[0]) is FunctionCall  # type: ignore[index]
+
+
+def test_a_tool_call_fragment_costs_few_calls_and_is_put_together_as_before() -> None:
+    """A streamed call's fragments are added with at most six calls each (``add`` and what it calls;
+    eight before: a keys view, an ``isinstance`` and the id asked for on every fragment): a tool call
+    streams its arguments fragment by fragment. What is built is the same: the id of the first
+    fragment that has one, the name's new text, the arguments' strings, a provider's extra fields."""
+    import sys
+
+    from duet.agents.upstream._accumulator import ToolCallBuilder
+
+    fragments = [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}},
+                 {"index": 0, "function": {"arguments": '{"ci'}}, {"index": 0, "function": {"arguments": 'ty": '}},
+                 {"index": 0, "id": "call_2", "function": {"name": "weather", "arguments": '"Oslo"}'}}]
+    calls: list[str] = []
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            calls.append(event)
+
+    call = ToolCallBuilder()
+    sys.setprofile(watch)
+    try:
+        for fragment in fragments:
+            call.add(fragment)
+    finally:
+        sys.setprofile(None)
+    assert len(calls) <= 6 * len(fragments)
+    built = call.build()
+    assert (built.id, built.name, built.arguments) == ("call_1", "weather", '{"city": "Oslo"}')
+    extra = ToolCallBuilder()
+    extra.add({"index": 0, "id": "c", "function": {"name": "f", "arguments": {"a": 1}}, "extra_content": {"google": {}}})
+    assert extra.build() == UpstreamCall(id="c", name="f", arguments='{"a": 1}', extra={"extra_content": {"google": {}}})
