@@ -303,12 +303,30 @@ def test_team_factory_names_the_provider_that_broke() -> None:
         TeamFactory(ComponentModel.model_validate(bad_field))
 
 
+async def _stops_as_stock(served: Any, stock: Any, messages: list[Any], condition: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``served`` stops on ``messages`` as ``stock`` does (the stop message's content and source), with an
+    id drawn while ``uuid4`` is forbidden (UUID-shaped); ``condition``, the one that stopped, refuses to
+    be asked again, and a reset makes ``served`` ready for the next run."""
+    import uuid
+
+    from autogen_agentchat.base import TerminatedException
+
+    stop = await served(messages)
+    monkeypatch.undo()
+    expected = await stock(messages)
+    assert stop is not None and expected is not None and (stop.content, stop.source) == (expected.content, expected.source)
+    assert len(stop.id) == len(str(uuid.uuid4())) and served.terminated
+    with pytest.raises(TerminatedException):
+        await condition(messages)
+    await served.reset()
+    assert not served.terminated
+
+
 def test_the_served_termination_stops_as_the_stock_one_with_an_id_drawn_without_uuid4(monkeypatch: pytest.MonkeyPatch) -> None:
     """Duet's termination as served (made, in turn): the answer's source stops it with the stock stop
     message's content and source, and an id of ``new_message_id``'s (UUID-shaped), not a ``uuid4``."""
     import uuid
 
-    from autogen_agentchat.base import TerminatedException
     from autogen_agentchat.messages import TextMessage
     from duet.agents._names import ANSWERER_NAME, REASONER_NAME
     from duet.agents.pipeline._team import duet_termination
@@ -320,15 +338,7 @@ def test_the_served_termination_stops_as_the_stock_one_with_an_id_drawn_without_
     async def main() -> None:
         assert await served([TextMessage(id="r", source=REASONER_NAME, content="plan")]) is None
         answer = [TextMessage(id="a", source=ANSWERER_NAME, content="hi")]
-        stop = await served(answer)
-        monkeypatch.undo()
-        expected = await stock(answer)
-        assert stop is not None and expected is not None and (stop.content, stop.source) == (expected.content, expected.source)
-        assert len(stop.id) == len(str(uuid.uuid4())) and served.terminated
-        with pytest.raises(TerminatedException):
-            await served._conditions[1](answer)
-        await served.reset()
-        assert not served.terminated
+        await _stops_as_stock(served, stock, answer, served._conditions[1], monkeypatch)
 
     asyncio.run(main())
 
@@ -338,7 +348,6 @@ def test_the_served_termination_stops_on_a_handoff_to_the_client_as_the_stock_on
     stops it with the stock stop message's content and source, and no ``uuid4`` is drawn for it."""
     import uuid
 
-    from autogen_agentchat.base import TerminatedException
     from autogen_agentchat.messages import HandoffMessage
     from duet.agents._names import CLIENT, REASONER_NAME
     from duet.agents.pipeline._team import duet_termination
@@ -351,15 +360,8 @@ def test_the_served_termination_stops_on_a_handoff_to_the_client_as_the_stock_on
         elsewhere = [HandoffMessage(id="h", source=REASONER_NAME, target="someone", content="over to you")]
         assert await served(elsewhere) is None
         handoff = [HandoffMessage(id="c", source=REASONER_NAME, target=CLIENT, content="failed")]
-        stop = await served(handoff)
-        monkeypatch.undo()
-        expected = await stock(handoff)
-        assert stop is not None and expected is not None and (stop.content, stop.source) == (expected.content, expected.source)
-        assert len(stop.id) == len(str(uuid.uuid4())) and served.terminated
-        with pytest.raises(TerminatedException):
-            await served._conditions[0](handoff)
-        await served.reset()
-        assert not served.terminated and await served(elsewhere) is None
+        await _stops_as_stock(served, stock, handoff, served._conditions[0], monkeypatch)
+        assert await served(elsewhere) is None
 
     asyncio.run(main())
 
