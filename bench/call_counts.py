@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import SHAPES
-from harness import REASONER, ANSWER, ROOT, client_session, free_port, served, stop, stream_once, wait_up
+from harness import REASONER, ANSWER, ROOT, client_session, free_port, request_options, served, stop, stream_once, wait_up
 from record import begin, save
 
 PROFILED = '''
@@ -117,13 +117,8 @@ def measure(args: argparse.Namespace, tokens: int, folder: Path) -> dict[str, An
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="paced")
-    parser.add_argument("--tokens", type=int, default=40, help="tokens per stage of the full request (default 40)")
-    parser.add_argument("--pace-ms", type=float, default=2.0)
-    parser.add_argument("--requests", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=30)
+    request_options(parser, SHAPES, tokens=40, requests=50, warmup=30, tokens_help="tokens per stage of the full request")
     parser.add_argument("--top", type=int, default=12, help="packages listed for Duet's fixed calls")
-    parser.add_argument("--label", default="")
     args = parser.parse_args()
     run = begin("call_counts")
     with tempfile.TemporaryDirectory() as folder:

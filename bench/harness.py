@@ -97,6 +97,16 @@ async def throughput(call: Callable[[], Awaitable[object]], concurrency: int, se
     return done, time.perf_counter() - start
 
 
+def request_options(parser: Any, shapes: Sequence[str], *, tokens: int, requests: int, warmup: int, tokens_help: str) -> None:
+    """The options of a measure that streams one shape of request at c=1 (``call_counts.py``, ``loop_hops.py``)."""
+    parser.add_argument("--shape", choices=sorted(shapes), default="paced")
+    parser.add_argument("--tokens", type=int, default=tokens, help=f"{tokens_help} (default {tokens})")
+    parser.add_argument("--pace-ms", type=float, default=2.0)
+    parser.add_argument("--requests", type=int, default=requests)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--label", default="")
+
+
 def wait_up(url: str, timeout: float = 30, process: subprocess.Popen[bytes] | None = None) -> None:
     """Until ``url`` answers with anything but a 5xx; raises at once if ``process`` (what serves it) exits."""
     deadline = time.monotonic() + timeout

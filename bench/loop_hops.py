@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import SHAPES
-from harness import ANSWER, REASONER, ROOT, client_session, free_port, median, served, stop, stream_once, wait_up
+from harness import ANSWER, REASONER, ROOT, client_session, free_port, median, request_options, served, stop, stream_once, wait_up
 from record import begin, save
 
 COUNTED = '''
@@ -232,12 +232,7 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="paced")
-    parser.add_argument("--tokens", type=int, default=2, help="tokens per stage (default 2)")
-    parser.add_argument("--pace-ms", type=float, default=2.0)
-    parser.add_argument("--requests", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--label", default="")
+    request_options(parser, SHAPES, tokens=2, requests=20, warmup=10, tokens_help="tokens per stage")
     parser.add_argument("--keep", type=Path, help="a folder to keep the servers' raw records in (duet.json, relay.json)")
     parser.add_argument("--trace", action="store_true", help="also record each callback run (for reading, with --keep)")
     parser.add_argument("--out", type=Path, help="the results file (default bench/results/loop_hops-<time>.json)")

@@ -83,6 +83,16 @@ async def _session_of(client: ChatCompletionClient) -> aiohttp.ClientSession:
     return client._session
 
 
+async def _replies_of_a_run(slot: TeamSlot) -> list[Any]:
+    """The replies of one run of ``slot``'s team on its runtime (started for the run, stopped after)."""
+    assert slot.runtime is not None
+    with bind_run(collecting_run([])):
+        slot.runtime.start()
+        replies = [read_reply(m) async for m in slot.team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
+    await slot.runtime.stop_when_idle()
+    return replies
+
+
 def _component(reasoner: ChatCompletionClient | None = None, answer: ChatCompletionClient | None = None) -> ComponentModel:
     """Duet's team, as a team file holds it; AutoGen's replay clients unless told otherwise."""
     settings = PipelineSettings(reasoner=ReasonerSettings(model="r"), answer=AnswerSettings(model="a"))
@@ -156,15 +166,7 @@ def test_a_served_team_keeps_its_agents_factories_as_partial_calls_and_dumps_as_
     component = _component(answer=ReplayChatCompletionClient(["Sunny today."]))
     slot = TeamFactory(component)()
 
-    async def main() -> list[Any]:
-        assert slot.runtime is not None
-        with bind_run(collecting_run([])):
-            slot.runtime.start()
-            replies = [read_reply(m) async for m in slot.team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
-        await slot.runtime.stop_when_idle()
-        return replies
-
-    assert asyncio.run(main()) == [ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]
+    assert asyncio.run(_replies_of_a_run(slot)) == [ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]
     made = [factory.make for factory in slot.runtime._agent_factories.values()]  # type: ignore[union-attr]
     from duet.agents.pipeline._team_factory import _ContainerMaker
 
@@ -188,16 +190,8 @@ def test_a_factorys_teams_share_their_names_and_subscriptions_and_run_at_once_ea
     factory = TeamFactory(component)
     slots = [factory() for _ in range(3)]
 
-    async def run(slot: TeamSlot) -> list[Any]:
-        assert slot.runtime is not None
-        with bind_run(collecting_run([])):
-            slot.runtime.start()
-            replies = [read_reply(m) async for m in slot.team.run_stream(task=task_messages(list(CONVERSATION)), output_task_messages=False)]
-        await slot.runtime.stop_when_idle()
-        return replies
-
     async def main() -> list[list[Any]]:
-        return list(await asyncio.wait_for(asyncio.gather(*(run(slot) for slot in slots)), 10))
+        return list(await asyncio.wait_for(asyncio.gather(*(_replies_of_a_run(slot) for slot in slots)), 10))
 
     assert asyncio.run(main()) == [[ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]] * 3
     first, *others = [slot.team for slot in slots]
