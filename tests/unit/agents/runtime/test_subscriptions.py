@@ -81,6 +81,11 @@ def test_a_lean_runtime_keeps_stock_subscriptions_as_their_lean_kind_with_their_
         assert not await manager.get_subscribed_recipients(TopicId("notes", "key"))
         one, same = LeanTypeSubscription("t", "a"), LeanTypeSubscription("t", "a")
         assert one == same and one != LeanTypeSubscription("u", "a") and one._id is None and same._id is None  # compared, no id drawn
+        assert LeanTypeSubscription("t", "a", "id-1") == LeanTypeSubscription("u", "b", "id-1")  # the same id: equal, as stock
+        assert LeanTypeSubscription("t", "a", "id-1") != LeanTypeSubscription("u", "b", "id-2") != one
+        prefix = LeanTypePrefixSubscription("writer:", "writer")
+        assert prefix == LeanTypePrefixSubscription("writer:", "writer") == TypePrefixSubscription("writer:", "writer")
+        assert prefix != LeanTypePrefixSubscription("notes.", "writer") and prefix != one and one != prefix
 
     asyncio.run(by_hand())
 
