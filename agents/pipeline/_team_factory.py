@@ -14,7 +14,7 @@ from autogen_agentchat.conditions import HandoffTermination, SourceMatchTerminat
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, HandoffMessage, MessageFactory, StopMessage
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatConfig  # not exported (0.7.5)
-from autogen_core import AgentRuntime, ComponentModel, Subscription, TypeSubscription
+from autogen_core import AgentRuntime, ComponentModel, Subscription
 from autogen_core.models import ChatCompletionClient
 
 from duet.agents._answer_agent import AnswerAgent
@@ -204,8 +204,8 @@ class _RoundRobinTeam(RoundRobinGroupChat):
         for participant, agent_type in zip(self._participants, self._participant_topic_types, strict=True):
             maker = self._create_participant_factory(group_topic, self._output_topic_type, participant, self._message_factory)
             await TurnContainer.register(registration, type=agent_type, factory=maker)
-            await registration.add_subscription(TypeSubscription(topic_type=agent_type, agent_type=agent_type))
-            await registration.add_subscription(TypeSubscription(topic_type=group_topic, agent_type=agent_type))
+            await registration.add_type_subscription(agent_type, agent_type)
+            await registration.add_type_subscription(group_topic, agent_type)
         manager_type = self._group_chat_manager_topic_type
         manager = self._create_group_chat_manager_factory(
             name=self._group_chat_manager_name, group_topic_type=group_topic, output_topic_type=self._output_topic_type,
@@ -214,7 +214,7 @@ class _RoundRobinTeam(RoundRobinGroupChat):
             termination_condition=self._termination_condition, max_turns=self._max_turns, message_factory=self._message_factory)
         await RoundRobinManager.register(registration, type=manager_type, factory=manager)
         for topic in (manager_type, group_topic, self._output_topic_type):
-            await registration.add_subscription(TypeSubscription(topic_type=topic, agent_type=manager_type))
+            await registration.add_type_subscription(topic, manager_type)
         self._initialized = True
 
 

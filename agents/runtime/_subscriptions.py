@@ -143,6 +143,15 @@ class TeamRegistration:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runtime, name)
 
+    async def add_type_subscription(self, topic_type: str, agent_type: str) -> None:
+        """``add_subscription(TypeSubscription(topic_type, agent_type))``, without making the stock one
+        (it draws a uuid4 id that nobody reads) when an equal lean one is shared."""
+        lean = self._shared.get((TypeSubscription, topic_type, agent_type)) if self._shared is not None else None
+        if lean is None:
+            await self.add_subscription(TypeSubscription(topic_type=topic_type, agent_type=agent_type))
+        else:
+            await self._runtime.add_subscription(lean)
+
     async def add_subscription(self, subscription: Subscription) -> None:
         shared = self._shared
         key = _shared_key(subscription) if shared is not None else None

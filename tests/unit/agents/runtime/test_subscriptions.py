@@ -163,3 +163,20 @@ def test_a_team_registration_shares_equal_lean_subscriptions_within_its_bound(mo
     monkeypatch.setattr(_subscriptions, "SHARED_SUBSCRIPTIONS_MAX", 2)
     third = asyncio.run(register(LeanAgentRuntime(), TypeSubscription("u", "a"), TypeSubscription("t", "a")))
     assert third[1] is one[0] and "u" not in [key[1] for key in shared] and len(shared) == 2
+
+
+def test_a_team_registration_adds_a_shared_type_subscription_without_making_the_stock_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new team's first run adds seven type subscriptions its factory's earlier teams already made
+    lean: each is added as that one, and no stock one is made (each draws a uuid4 id nobody reads)."""
+    from duet.agents.runtime import TeamRegistration
+
+    shared: dict[Any, Any] = {}
+    first, second = LeanAgentRuntime(), LeanAgentRuntime()
+    asyncio.run(TeamRegistration(first, shared).add_type_subscription("group", "writer"))
+    drawn: list[int] = []
+    stock_uuid4 = uuid.uuid4
+    monkeypatch.setattr(uuid, "uuid4", lambda: drawn.append(1) or stock_uuid4())  # this test's spy, undone after it
+    asyncio.run(TeamRegistration(second, shared).add_type_subscription("group", "writer"))
+    assert drawn == []
+    [kept] = second._subscription_manager.subscriptions
+    assert kept is first._subscription_manager.subscriptions[0] and kept == TypeSubscription("group", "writer")
