@@ -49,7 +49,7 @@ class _NoSpans:
         return _NO_SPAN
 
 
-MAX_LISTS_REMEMBERED = 256  # serializer lists known to be added (a team of Duet's hands the same 22)
+MAX_LISTS_REMEMBERED = 256  # serializer lists known to be added (a team of Duet's hands the same 22 each time)
 
 
 class _KnownSerializers(SerializationRegistry):
@@ -70,8 +70,9 @@ class _KnownSerializers(SerializationRegistry):
         if isinstance(serializer, abc.Sequence):
             for one in serializer:
                 self.add_serializer(one)
-            if len(self._lists_added) < MAX_LISTS_REMEMBERED:
-                self._lists_added[id(serializer)] = serializer
+            if len(self._lists_added) >= MAX_LISTS_REMEMBERED:  # (new lists each time, a stock team's): begun again
+                self._lists_added.clear()
+            self._lists_added[id(serializer)] = serializer
         elif (serializer.type_name, serializer.data_content_type) not in self._serializers:
             self._serializers[(serializer.type_name, serializer.data_content_type)] = serializer
 

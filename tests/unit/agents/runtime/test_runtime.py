@@ -209,6 +209,9 @@ def test_a_list_of_serializers_added_again_is_not_walked_again() -> None:
     fresh = Walked(try_get_known_serializers_for_type(Reading))  # another list of the same: walked, its serializers known
     LeanAgentRuntime().add_message_serializer(fresh)
     assert Walked.walks == 2
+    for _ in range(300):  # new lists each time (a stock team's first runs): what is remembered stays bounded
+        LeanAgentRuntime().add_message_serializer(list(try_get_known_serializers_for_type(Reading)))
+    assert len(LeanAgentRuntime()._serialization_registry._lists_added) <= 256
 
 
 def test_a_lean_runtime_gives_back_the_room_of_its_handlers_once_none_runs(monkeypatch: pytest.MonkeyPatch) -> None:
