@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager  # not exported (0.7.5)
 from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer  # not exported (0.7.5)
@@ -81,20 +81,20 @@ def _routing(kind: type) -> int | None:
     return _ROUTED if routing is RoutedAgent.on_message_impl else None
 
 
-def _taken_in_order(agent: Agent, message: Any) -> bool | None:
-    """Whether a routed agent (``RoutedAgent``, AgentChat's ``SequentialRoutedAgent``) handles
-    ``message`` in the order received; None for any other agent, or one that routes its own way."""
-    kind = type(agent)
+async def _delivered_as_is(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:
+    """``agent.on_message(message, ctx)`` for an agent that routes its own way, in its handler context,
+    a published message's failure logged as :func:`deliver` logs it."""
+    handling = _HANDLING.set(agent.id)
     try:
-        routing = _routing_of[kind]
-    except KeyError:
-        routing = _routing_of[kind] = _routing(kind)
-    if routing == _SEQUENTIAL:
-        in_order = agent._sequential_message_types  # type: ignore[attr-defined]
-        if type(in_order) is tuple:  # as lighten_agent leaves it: one isinstance, not a generator
-            return isinstance(message, in_order)
-        return any(isinstance(message, sequential) for sequential in in_order)
-    return False if routing == _ROUTED else None
+        return await agent.on_message(message, ctx)
+    except asyncio.CancelledError:
+        raise  # not logged: see deliver
+    except BaseException:
+        if published:
+            _logger.error(f"Error processing publish message for {agent.id}", exc_info=True)  # as the stock runtime
+        raise
+    finally:
+        _HANDLING.reset(handling)
 
 
 _NOTED_AT_ONCE = frozenset((
@@ -120,14 +120,6 @@ def noted_at_once(agent_class: type[SequentialRoutedAgent]) -> frozenset[type]:
     return frozenset(target for target, handlers in by_type.items() if len(handlers) == 1 and handlers[0] in _NOTED_AT_ONCE)
 
 
-def _take(lock: Any) -> Awaitable[Any] | None:
-    """Takes a free ``LeanFIFOLock`` without the coroutine of its ``acquire``; else the ``acquire`` to await."""
-    if type(lock) is LeanFIFOLock and not lock._locked:
-        lock._locked = True
-        return None
-    return lock.acquire()
-
-
 async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published: bool) -> Any:
     """``agent.on_message(message, ctx)`` in the agent's handler context (``MessageHandlerContext``, set
     as ``populate_context`` sets it, without a generator); a published message's failure is logged as
@@ -137,15 +129,26 @@ async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published:
     in this one coroutine instead of four: the handler of a turn lasts as long as the turn, and each
     coroutine of the chain is kept for as long (any other agent is called as it is). A cancelled
     handler is not logged: its run was cancelled, nothing failed."""
-    in_order = _taken_in_order(agent, message)
-    handling = _HANDLING.set(agent.id if in_order is None else agent._id)  # type: ignore[attr-defined]  # a BaseAgent's id, read
+    kind = type(agent)
     try:
-        if in_order is None:
-            return await agent.on_message(message, ctx)
-        if in_order:  # processed in the order received
-            waiting = _take(agent._fifo_lock)  # type: ignore[attr-defined]
-            if waiting is not None:
-                await waiting
+        routing = _routing_of[kind]
+    except KeyError:
+        routing = _routing_of[kind] = _routing(kind)
+    if routing is None:  # an agent that routes its own way: called as it is
+        return await _delivered_as_is(agent, message, ctx, published=published)
+    in_order = False
+    if routing == _SEQUENTIAL:  # AgentChat's SequentialRoutedAgent: its sequential types in the order received
+        sequential = agent._sequential_message_types  # type: ignore[attr-defined]
+        in_order = (isinstance(message, sequential) if type(sequential) is tuple  # as lighten_agent leaves it
+                    else any(isinstance(message, one) for one in sequential))
+    handling = _HANDLING.set(agent._id)  # type: ignore[attr-defined]  # a BaseAgent's id, read
+    try:
+        if in_order:  # a free LeanFIFOLock taken without its acquire's coroutine
+            lock = agent._fifo_lock  # type: ignore[attr-defined]
+            if type(lock) is LeanFIFOLock and not lock._locked:
+                lock._locked = True
+            else:
+                await lock.acquire()
         try:
             handlers = agent._handlers.get(type(message))  # type: ignore[attr-defined]
             if handlers is not None:
@@ -154,8 +157,11 @@ async def deliver(agent: Agent, message: Any, ctx: MessageContext, *, published:
                         return await handler(agent, message, ctx)
             return await agent.on_unhandled_message(message, ctx)  # type: ignore[attr-defined]
         finally:
-            if in_order:
-                agent._fifo_lock.release()  # type: ignore[attr-defined]
+            if in_order:  # released as LeanFIFOLock.release does, in this frame when nobody waits
+                if type(lock) is LeanFIFOLock and not lock._waiting:
+                    lock._locked = False
+                else:
+                    lock.release()
     except asyncio.CancelledError:
         # A run cancelled (its client hung up) cancels every handler of it: the stock runtime logs each
         # with its traceback, which the process's filter drops (api/server/_process.py), but only after the

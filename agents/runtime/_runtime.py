@@ -349,11 +349,19 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
         published next, to a recipient of this one, is handled after this one, as the group chat
         manager expects. An agent that cannot be made fails the run as it fails ``_process_publish``."""
         agents = []
+        made = self._instantiated_agents
         try:
             for agent_type, key in self._subscription_manager.recipients_now(topic_id):  # type: ignore[attr-defined]
                 if sender is not None and sender._type == agent_type and sender._key == key:
                     continue  # not back to the sender (AgentId's own fields: its __eq__ compares them)
-                agent = self._made_agent(agent_type, key)
+                agent = None
+                if len(made) > 8:
+                    agent = self._made_agent(agent_type, key)
+                else:  # a team's few, compared in this frame as _made_agent compares them
+                    for agent_id in made:
+                        if agent_id._type == agent_type and agent_id._key == key:
+                            agent = made[agent_id]
+                            break
                 agents.append(agent if agent is not None else await self._get_agent(AgentId(agent_type, key)))
         except asyncio.CancelledError:
             raise  # the publisher was cancelled while an agent was made: it is told, nothing is delivered
@@ -388,17 +396,12 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             self._start_handler(handler)
 
     def _made_agent(self, agent_type: str, key: str) -> Agent | None:
-        """The agent of that type and key if it is made (a team's runtime holds a few: compared field
-        by field, without an ``AgentId``, which checks its type against a pattern)."""
-        made = self._instantiated_agents
-        if len(made) > 8:  # a runtime many teams share: the dict finds it
-            probe = AgentId.__new__(AgentId)
-            probe._type, probe._key = agent_type, key
-            return made.get(probe)
-        for agent_id, agent in made.items():
-            if agent_id._type == agent_type and agent_id._key == key:
-                return agent
-        return None
+        """The agent of that type and key if it is made, for a runtime many teams share (more than
+        eight agents: the dict finds it), without an ``AgentId``, which checks its type against a
+        pattern (a team's runtime holds a few: :meth:`_publish_at_once` compares them field by field)."""
+        probe = AgentId.__new__(AgentId)
+        probe._type, probe._key = agent_type, key
+        return self._instantiated_agents.get(probe)
 
     async def _handle_published(self, agent: Agent, message: Any, context: MessageContext) -> None:
         """One recipient's delivery of a published message, in a handler task of its own, failing as a
