@@ -77,15 +77,27 @@ def _spans_recorded() -> bool:
     return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
+_TOPICS: dict[tuple[str, str], DefaultTopicId] = {}
+_MOST_TOPICS = 256  # (topic type, source) pairs kept; past it, made each time
+"""The topics :func:`_team_topic` made, by type and source: a pipeline's pooled teams share their team id
+and topic types, so a pipeline keeps a few (the group's, the output's, each agent's)."""
+
+
 def _team_topic(topic_type: str, agent: BaseAgent) -> DefaultTopicId:
     """``DefaultTopicId(type=topic_type)`` as made in ``agent``'s handler (its source: the agent's key),
     without the pattern check ``TopicId`` makes of its type each time (a regex a message), for a topic
     type AgentChat made for the team (0.7.5, pinned): the group's and the output's,
     ``group_topic_<uuid>`` and ``output_topic_<uuid>``, or an agent's (its type, checked when the agent
-    was made)."""
-    topic = object.__new__(DefaultTopicId)
-    object.__setattr__(topic, "type", topic_type)  # a frozen dataclass's fields, set as its __init__ sets them
-    object.__setattr__(topic, "source", agent._id._key)  # AgentId.key, read
+    was made). A topic is a frozen dataclass, equal by its fields: one made is kept and shared (a
+    dictionary look-up a message instead of three calls)."""
+    source = agent._id._key  # AgentId.key, read
+    topic = _TOPICS.get((topic_type, source))
+    if topic is None:
+        topic = object.__new__(DefaultTopicId)
+        object.__setattr__(topic, "type", topic_type)  # a frozen dataclass's fields, set as its __init__ sets them
+        object.__setattr__(topic, "source", source)
+        if len(_TOPICS) < _MOST_TOPICS:
+            _TOPICS[topic_type, source] = topic
     return topic
 
 
@@ -199,12 +211,14 @@ class RoundRobinManager(_HandlersFoundOnce, RoundRobinGroupChatManager):
             return
         await self.validate_group_state(message.messages)
         if message.messages is not None:
-            await _publish(self, GroupChatStart(messages=message.messages), _team_topic(self._output_topic_type, self), None)
+            # One start for both topics (AgentChat makes two equal ones): the output topic's is the manager's log, which
+            # nobody else receives, and the participants only read its messages.
+            start = GroupChatStart(messages=message.messages)
+            await _publish(self, start, _team_topic(self._output_topic_type, self), None)
             if message.output_task_messages:
                 for task_message in message.messages:
                     await self._output_message_queue.put(task_message)
-            await _publish(self, GroupChatStart(messages=message.messages), _team_topic(self._group_topic_type, self),
-                           ctx.cancellation_token)
+            await _publish(self, start, _team_topic(self._group_topic_type, self), ctx.cancellation_token)
             await self.update_message_thread(message.messages)
             if await self._apply_termination_condition(message.messages):
                 return

@@ -223,3 +223,43 @@ def test_duets_manager_starts_a_run_without_checking_its_topics_against_the_patt
     assert [kind for kind in checked if kind in ("output_topic", "group_topic")] == []
     assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
     assert "output_topic" in checked and "group_topic" in checked
+
+
+def test_duets_team_makes_each_topic_once_and_one_start_for_both_topics() -> None:
+    """Duet's container and manager keep the topics they make (frozen, equal by their fields): a second
+    run of the same team publishes to the very topics of the first, equal to the stock ones; and the
+    manager makes one ``GroupChatStart`` for the output topic and the group's, where AgentChat makes
+    two equal ones (the output topic's reaches nobody but the manager, who sent it)."""
+    from autogen_agentchat.teams._group_chat._events import GroupChatStart
+    from autogen_core import DefaultTopicId
+
+    topics: list[Any] = []
+    starts: list[Any] = []
+
+    class Recording(LeanAgentRuntime):
+        async def publish_message(self, message: Any, topic_id: Any, *args: Any, **kwargs: Any) -> None:
+            topics.append(topic_id)
+            if type(message) is GroupChatStart:
+                starts.append(message)
+            await super().publish_message(message, topic_id, *args, **kwargs)
+
+    async def two_runs(runtime: LeanAgentRuntime) -> None:
+        from autogen_agentchat.agents import AssistantAgent
+        from autogen_agentchat.conditions import MaxMessageTermination
+        from autogen_ext.models.replay import ReplayChatCompletionClient
+        from duet.agents.pipeline._team_factory import _RoundRobinTeam
+
+        team = _RoundRobinTeam([AssistantAgent("first", ReplayChatCompletionClient(["one", "two"]))],
+                               termination_condition=MaxMessageTermination(2), runtime=runtime)
+        for _ in range(2):
+            runtime.start()
+            await asyncio.wait_for(team.run(task="go"), 5)
+            await asyncio.wait_for(team.reset(), 5)
+            await runtime.stop_when_idle()
+
+    asyncio.run(two_runs(Recording(ignore_unhandled_exceptions=False)))
+    half = len(topics) // 2
+    assert half > 0 and len(topics) == 2 * half
+    assert all(first is second for first, second in zip(topics[:half], topics[half:], strict=True))
+    assert all(topic == DefaultTopicId(topic.type, topic.source) for topic in topics)
+    assert len(starts) == 4 and starts[0] is starts[1] and starts[2] is starts[3] and starts[0] is not starts[2]
