@@ -412,7 +412,12 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
             if not self._ignore_unhandled_handler_exceptions:
                 self._background_exception = exc
         finally:
-            self._message_queue.task_done()
+            queue = self._message_queue
+            if queue._unfinished_tasks > 1:  # type: ignore[attr-defined]  # autogen-core's Queue's own
+                # Mirrors Queue.task_done of autogen-core 0.7.5 (pinned) while others are unfinished: nothing to set.
+                queue._unfinished_tasks -= 1  # type: ignore[attr-defined]
+            else:
+                queue.task_done()
 
     def _start_handler(self, handler: Coroutine[Any, Any, None]) -> None:
         """Runs ``handler`` (which ends with ``task_done()``) in a task of its own, as the message loop

@@ -620,3 +620,30 @@ def test_stop_when_leaves_a_lean_queue_for_the_next_run(monkeypatch: pytest.Monk
         return received
 
     assert asyncio.run(run()) == ["after"]
+
+
+def test_a_handler_that_ends_while_others_are_unfinished_counts_itself_done_without_task_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A published message's handler that ends while other messages are unfinished takes itself off
+    the queue's count in its own frame (autogen-core's ``Queue.task_done`` would set nothing then): only
+    the last one calls ``task_done``, which wakes ``stop_when_idle``; the run ends as before, its count
+    back at zero."""
+    import sys
+
+    from autogen_core._queue import Queue
+    from tests.core_parts import run_a_team_on
+
+    called: list[int] = []
+    stock = Queue.task_done
+
+    def counted(queue: Any) -> None:
+        if sys._getframe(1).f_code.co_name == "_handle_published":  # a published message's handler ending
+            called.append(queue._unfinished_tasks)
+        stock(queue)
+
+    monkeypatch.setenv("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")  # unobserved: handlers started at once
+    monkeypatch.setattr(Queue, "task_done", counted)  # this test's spy, undone after it
+    runtime = LeanAgentRuntime(ignore_unhandled_exceptions=False)
+    assert asyncio.run(run_a_team_on(runtime, duet_team=True)) == ["user", "first", "second"]
+    assert called == [1]  # before: [2, 2, 4, 3, 2, 2, 4, 3, 2, 1]
+    assert runtime._message_queue._unfinished_tasks == 0  # type: ignore[attr-defined]
