@@ -101,11 +101,9 @@ def _team_topic(topic_type: str, agent: BaseAgent) -> DefaultTopicId:
     return topic
 
 
-async def _publish(agent: BaseAgent, message: Any, topic_id: TopicId, cancellation_token: CancellationToken | None) -> None:
-    """Mirrors BaseAgent.publish_message of autogen-core 0.7.5 (pinned), in the caller's coroutine."""
-    await agent._runtime.publish_message(message, topic_id, sender=agent._id, cancellation_token=cancellation_token)
-
-
+# Duet's container and manager publish as BaseAgent.publish_message of autogen-core 0.7.5 (pinned) does,
+# ``self._runtime.publish_message(message, topic, sender=self._id, cancellation_token=...)``, in the
+# handler's own coroutine: neither BaseAgent's coroutine nor a helper's frame for each of a run's messages.
 _found_handlers: dict[type, Any] = {}
 _handled_types: dict[type, Any] = {}
 
@@ -157,9 +155,11 @@ class TurnContainer(_HandlersFoundOnce, ChatAgentContainer):
             if response is None:
                 raise RuntimeError("The agent did not produce a final response. Check the agent's on_messages_stream method.")
             self._message_buffer.clear()
-            await _publish(self, GroupChatAgentResponse(response=response, name=agent.name), parent, ctx.cancellation_token)
+            await self._runtime.publish_message(GroupChatAgentResponse(response=response, name=agent.name), parent,
+                                                sender=self._id, cancellation_token=ctx.cancellation_token)
         except Exception as exc:
-            await _publish(self, GroupChatError(error=SerializableException.from_exception(exc)), parent, ctx.cancellation_token)
+            await self._runtime.publish_message(GroupChatError(error=SerializableException.from_exception(exc)), parent,
+                                                sender=self._id, cancellation_token=ctx.cancellation_token)
             raise
 
     @rpc
@@ -177,7 +177,8 @@ class TurnContainer(_HandlersFoundOnce, ChatAgentContainer):
         # the pattern check (_team_topic).
         if not self._message_factory.is_registered(message.__class__):
             raise ValueError(f"Message type {message.__class__} is not registered.")
-        await _publish(self, GroupChatMessage(message=message), _team_topic(self._output_topic_type, self), None)
+        await self._runtime.publish_message(GroupChatMessage(message=message), _team_topic(self._output_topic_type, self),
+                                            sender=self._id, cancellation_token=None)
 
 
 TurnContainer._noted_at_once = noted_at_once(TurnContainer)  # type: ignore[attr-defined]  # the task, others' replies: buffered
@@ -205,7 +206,7 @@ class RoundRobinManager(_HandlersFoundOnce, RoundRobinGroupChatManager):
     @rpc
     async def handle_start(self, message: GroupChatStart, ctx: MessageContext) -> None:  # type: ignore[override]
         # Mirrors BaseGroupChatManager.handle_start of autogen-agentchat 0.7.5 (pinned), its two topics made
-        # without the pattern check (_team_topic) and published in this coroutine (_publish): ~30 calls a run.
+        # without the pattern check (_team_topic) and published in this coroutine (see _found_handlers): ~30 calls a run.
         if self._termination_condition is not None and self._termination_condition.terminated:
             await self._signal_termination(StopMessage(content="The group chat has already terminated.", source=self._name))
             return
@@ -214,11 +215,13 @@ class RoundRobinManager(_HandlersFoundOnce, RoundRobinGroupChatManager):
             # One start for both topics (AgentChat makes two equal ones): the output topic's is the manager's log, which
             # nobody else receives, and the participants only read its messages.
             start = GroupChatStart(messages=message.messages)
-            await _publish(self, start, _team_topic(self._output_topic_type, self), None)
+            await self._runtime.publish_message(start, _team_topic(self._output_topic_type, self), sender=self._id,
+                                                cancellation_token=None)
             if message.output_task_messages:
                 for task_message in message.messages:
                     await self._output_message_queue.put(task_message)
-            await _publish(self, start, _team_topic(self._group_topic_type, self), ctx.cancellation_token)
+            await self._runtime.publish_message(start, _team_topic(self._group_topic_type, self), sender=self._id,
+                                                cancellation_token=ctx.cancellation_token)
             await self.update_message_thread(message.messages)
             if await self._apply_termination_condition(message.messages):
                 return
@@ -228,7 +231,8 @@ class RoundRobinManager(_HandlersFoundOnce, RoundRobinGroupChatManager):
         # Mirrors BaseGroupChatManager._signal_termination of autogen-agentchat 0.7.5 (pinned), its topic made
         # without the pattern check (_team_topic).
         termination_event = GroupChatTermination(message=message)
-        await _publish(self, termination_event, _team_topic(self._output_topic_type, self), None)
+        await self._runtime.publish_message(termination_event, _team_topic(self._output_topic_type, self), sender=self._id,
+                                            cancellation_token=None)
         await self._output_message_queue.put(termination_event)
 
     async def _transition_to_next_speakers(self, cancellation_token: CancellationToken) -> None:
@@ -243,8 +247,8 @@ class RoundRobinManager(_HandlersFoundOnce, RoundRobinGroupChatManager):
             raise asyncio.CancelledError()
         speaker_name = await self.select_speaker(self._message_thread)
         assert isinstance(speaker_name, str)  # round-robin's choice is one name, of a participant
-        await _publish(self, _REQUEST_TO_SPEAK, _team_topic(self._participant_name_to_topic_type[speaker_name], self),
-                       cancellation_token)
+        await self._runtime.publish_message(_REQUEST_TO_SPEAK, _team_topic(self._participant_name_to_topic_type[speaker_name], self),
+                                            sender=self._id, cancellation_token=cancellation_token)
         self._active_speakers.append(speaker_name)
 
 
