@@ -358,9 +358,9 @@ class LeanAgentRuntime(SingleThreadedAgentRuntime):
                 if len(made) > 8:
                     agent = self._made_agent(agent_type, key)
                 else:  # a team's few, compared in this frame as _made_agent compares them
-                    for agent_id in made:
+                    for agent_id, one in made.items():  # not made[agent_id]: AgentId's __hash__ is Python's
                         if agent_id._type == agent_type and agent_id._key == key:
-                            agent = made[agent_id]
+                            agent = one
                             break
                 agents.append(agent if agent is not None else await self._get_agent(AgentId(agent_type, key)))
         except asyncio.CancelledError:
