@@ -50,23 +50,16 @@ def test_duets_team_opens_its_agent_spans_only_when_a_tracer_provider_is_set(mon
         "invoke_agent first", "invoke_agent second"]
 
 
-def test_without_a_tracer_provider_a_turn_does_not_look_the_environment_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until a provider is set, ``trace.get_tracer_provider()`` reads the environment on every call: a turn
-    of Duet's team reads the provider OpenTelemetry keeps instead, and sees one set at any time."""
+def test_a_tracer_provider_set_after_the_team_was_made_counts_from_the_next_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a turn records AgentChat's spans is asked of OpenTelemetry at each turn (where
+    ``trace.set_tracer_provider`` keeps it), not remembered."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
-    asked: list[None] = []
-    stock = trace.get_tracer_provider
-
-    def counted() -> Any:
-        asked.append(None)
-        return stock()
-
-    monkeypatch.setattr(trace, "get_tracer_provider", counted)  # this test's spy, undone after it
+    monkeypatch.delenv("OTEL_PYTHON_TRACER_PROVIDER", raising=False)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)  # none set (whatever ran before): undone after the test
     assert not _group_chat._spans_recorded()
-    assert asked == []
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())  # set later: seen at once
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())
     assert _group_chat._spans_recorded()
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", trace.NoOpTracerProvider())
     assert not _group_chat._spans_recorded()
