@@ -444,9 +444,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             failure = read_failure(exc, self._config.model, self._config.read_timeout, streamed=True)
         finally:
             response.release()
-            # Left at its last read when the stream ended: closed here, in this step, not by the event loop's
-            # finalizer once it is collected (a task for its aclose() each, two a request).
-            await reading.aclose()
+            await reading.aclose()  # left at its last read at the stream's end: not closed by the loop's finalizer (a task)
         # What stopped the stream is raised outside the handlers: a new exception never chains the one aiohttp raised.
         yield self._outcome(stream, content_type, failure, cancelled, cancellation_token)
 
