@@ -470,7 +470,12 @@ class _EventSource:
         return self._writer.take()
 
     async def collect(self) -> list[DuetEvent]:
-        return [event async for event in self._run]
+        """The run's events, a batch at a time (not a ``__anext__`` and a ``pop(0)`` an event)."""
+        run = self._run
+        events: list[DuetEvent] = []
+        while not run.ended:
+            events += await run.next_batch()
+        return events
 
     def chunks(self, direct: DirectWrites | None = None) -> "_EventSource":
         """The stream's chunks: the source itself, an async iterator, not an async generator (none of the

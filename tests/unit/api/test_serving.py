@@ -228,3 +228,28 @@ def test_a_cancelled_request_task_is_not_taken_for_a_hang_up() -> None:
 
     source = asyncio.run(main())
     assert source.closed == 1 and source.token.is_cancelled()
+
+
+class _BatchesOnly:
+    """A run read only by its batches (iterating it event by event fails)."""
+
+    def __init__(self, batches: list[list[Any]]) -> None:
+        self.batches = batches
+        self.ended = False
+
+    async def next_batch(self) -> list[Any]:
+        batch = self.batches.pop(0)
+        self.ended = not self.batches
+        return batch
+
+    def __aiter__(self) -> Any:
+        raise AssertionError("read event by event")
+
+
+def test_a_collected_run_is_read_a_batch_at_a_time() -> None:
+    """A collected response takes its run's events a batch at a time (issue 28): a long answer costs no
+    call per event on its way to the collected body."""
+    hello, world, end = ContentDelta(text="hello"), ContentDelta(text="world"), Finished(finish_reason="stop")
+    run = _BatchesOnly([[hello, world], [end]])
+    source = _EventSource(types.SimpleNamespace(in_flight=0), run, _Protocol(), None)  # type: ignore[arg-type]
+    assert asyncio.run(source.collect()) == [hello, world, end]
