@@ -25,6 +25,7 @@ from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMess
 from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, RoutedAgent, TopicId, event, rpc
 from opentelemetry import trace
 
+from duet.agents._base import DuetAgent
 from duet.agents.runtime import noted_at_once
 
 
@@ -54,6 +55,13 @@ def is_group_chat(obj: object) -> TypeGuard[BaseGroupChat]:
     """``isinstance(obj, BaseGroupChat)``, asked once per class of ``obj`` (see :func:`is_team`)."""
     known = _KINDS.get((obj.__class__, BaseGroupChat))
     return _of_kind(obj, BaseGroupChat) if known is None else known
+
+
+def is_duet_agent(obj: object) -> TypeGuard[DuetAgent]:
+    """``isinstance(obj, DuetAgent)``, asked once per class of ``obj`` (see :func:`is_team`: an agent's
+    class also has typing's protocol metaclass)."""
+    known = _KINDS.get((obj.__class__, DuetAgent))
+    return _of_kind(obj, DuetAgent) if known is None else known
 
 
 def _spans_recorded() -> bool:
@@ -121,13 +129,17 @@ class TurnContainer(_HandlersFoundOnce, ChatAgentContainer):
         # here, not in a coroutine of its own: the turn's coroutines are kept for as long as the turn.
         parent = _team_topic(self._parent_topic_type, self)
         try:
-            response: Response | None = None
-            async for item in agent.on_messages_stream(self._message_buffer, ctx.cancellation_token):  # type: ignore[union-attr]  # not a Team (asked above)
-                if isinstance(item, Response):
-                    await self._log_message(item.chat_message)
-                    response = item
-                else:
-                    await self._log_message(item)
+            # A Duet agent in a Duet run yields its reply alone: awaited, without its stream's generator.
+            response = await agent.reply_in_run(self._message_buffer, ctx.cancellation_token) if is_duet_agent(agent) else None
+            if response is not None:
+                await self._log_message(response.chat_message)
+            else:
+                async for item in agent.on_messages_stream(self._message_buffer, ctx.cancellation_token):  # type: ignore[union-attr]  # not a Team (asked above)
+                    if isinstance(item, Response):
+                        await self._log_message(item.chat_message)
+                        response = item
+                    else:
+                        await self._log_message(item)
             if response is None:
                 raise RuntimeError("The agent did not produce a final response. Check the agent's on_messages_stream method.")
             self._message_buffer.clear()
