@@ -416,7 +416,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         failure: UpstreamError | None = None
         cancelled = False
         try:
-            async for events in sse_data(response, lambda: stream.awaiting_first_token):
+            async for events in sse_data(response, stream):
                 pieces = stream.read(events)
                 events = None  # type: ignore[assignment]  # nothing of a read stays with the stream while it waits for the next
                 if stream.first_piece >= 0:  # the first token: the caller's writer sends it before more is read
