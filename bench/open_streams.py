@@ -17,6 +17,9 @@ relay take turns (who goes first alternates), each through the same phases:
    TTFT p50 / p99; then a **crowd** of ``--crowd`` requests within 0.4 s: TTFT p50 / p99;
 5. every client hangs up; the next phase waits until the server's CPU is quiet.
 
+From the steady window to the crowd the client makes no cyclic collection of its own: one would
+show as a gap in every stream at once, on whichever server it fell.
+
 Requests that fail (a non-200, a dropped stream) are counted per phase. Duet runs with
 ``DUET_MAX_CONCURRENT_REQUESTS`` and ``DUET_MAX_CONNECTIONS`` large enough for the run unless
 ``--duet-defaults``. Run from the repository root: ``python bench/open_streams.py`` (``--help``); the
@@ -28,12 +31,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import aiohttp
 
@@ -150,6 +154,20 @@ async def wait_quiet(pid: int, timeout: float = 60.0) -> None:
         before = now
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic collection in this client while it measures: one of its own (up to 130 ms with 500
+    streams open) would show as a gap in every stream at once and a slow first token, and move the
+    inter-token p99 of whichever server it fell on. Collected before, and after."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
+
+
 async def ramp(http: aiohttp.ClientSession, url: str, count: int, rate: float, tally: Tally) -> list[asyncio.Task[None]]:
     """Opens ``count`` kept-open streams at ``rate`` per second; returns when each has its first token (or 60 s)."""
     clients: list[asyncio.Task[None]] = []
@@ -175,15 +193,16 @@ async def phase(args: argparse.Namespace, pid: int, url: str, count: int) -> dic
         clients = await ramp(http, url, count, args.arrival_rate, tally)
         ramp_errors = tally.errors
         await asyncio.sleep(args.settle)
-        tally.window = (time.perf_counter(), time.perf_counter() + args.seconds)
-        cpu_before = cpu_seconds(pid)
-        await asyncio.sleep(args.seconds)
-        cpu = cpu_seconds(pid) - cpu_before
-        rss_open = memory_mb(pid)[0]
         extra: list[asyncio.Task[Any]] = []
-        once_open = await timed_requests(http, url, PROBE_BODY, args.probes, args.probes / args.probe_rate, tally, extra)
-        arrivals = await timed_requests(http, url, STREAM_BODY, args.arrivals, args.arrivals / args.arrival_rate, tally, extra)
-        crowd = await timed_requests(http, url, PROBE_BODY, args.crowd, CROWD_WITHIN, tally, extra)
+        with collector_paused():
+            tally.window = (time.perf_counter(), time.perf_counter() + args.seconds)
+            cpu_before = cpu_seconds(pid)
+            await asyncio.sleep(args.seconds)
+            cpu = cpu_seconds(pid) - cpu_before
+            rss_open = memory_mb(pid)[0]
+            once_open = await timed_requests(http, url, PROBE_BODY, args.probes, args.probes / args.probe_rate, tally, extra)
+            arrivals = await timed_requests(http, url, STREAM_BODY, args.arrivals, args.arrivals / args.arrival_rate, tally, extra)
+            crowd = await timed_requests(http, url, PROBE_BODY, args.crowd, CROWD_WITHIN, tally, extra)
         for task in (*clients, *extra):
             task.cancel()
         await asyncio.gather(*clients, *extra, return_exceptions=True)

@@ -191,13 +191,27 @@ class GuardedStore(ContinuationStore):
         return found
 
     async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
-        if not self._held:
+        """What is kept under each of ``keys``: what this worker holds through a failover, the rest from the
+        store, in one call (one call each, each bounded by the timeout, when the store reads them one by one
+        anyway). Raises :class:`StoreUnavailable` when the store fails and none of them is held here."""
+        by_key = type(self.store).get_each is ContinuationStore.get_each
+        if not self._held and not by_key:
             return await self._guard(self.store.get_each, list(keys))
-        held = self._held.find_each(keys)
-        if all(entry is not None for entry in held):
-            return held
-        found = await self._guard(self.store.get_each, list(keys))
-        return [entry or stored for entry, stored in zip(held, found, strict=True)]
+        found = self._held.find_each(keys)
+        unread = [key for key, entry in zip(keys, found, strict=True) if entry is None]
+        if not unread:
+            return found
+        try:
+            if by_key:
+                stored = [await self._guard(self.store.get, [key]) for key in unread]
+            else:
+                stored = await self._guard(self.store.get_each, unread)
+        except StoreUnavailable:
+            if any(entry is not None for entry in found):  # what is held is still read back; the rest is missing
+                return found
+            raise
+        fill = iter(stored)
+        return [entry if entry is not None else next(fill) for entry in found]
 
     async def ping(self) -> None:
         await self._guard(self.store.ping)

@@ -185,7 +185,8 @@ class ReasoningLedger:
         keys = {index: self.note_key(owner, pipeline, prefix_digests[index]) for index in prefix_digests}
         notes = {index: entry for index, key in keys.items() if (entry := self._unwritten.get(key)) is not None}
         unread = [index for index in keys if index not in notes]
-        if unread and self.store.available:  # (known to be out: the rest are missing, no probe)
+        # Known to be out: the rest are missing, no probe; unless it holds writes through a failover.
+        if unread and (self.store.available or self.store.held_writes):
             try:
                 found = await self.store.get_each([keys[index] for index in unread])
             except StoreUnavailable:

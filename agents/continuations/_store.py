@@ -122,6 +122,11 @@ class ContinuationStore(abc.ABC):
         """False while the store is known to be out (a :class:`GuardedStore` knows; others are taken to be up)."""
         return True
 
+    @property
+    def held_writes(self) -> int:
+        """Writes held in this worker while the store fails over (only a :class:`GuardedStore` holds any)."""
+        return 0
+
     def fails_over(self, error: BaseException) -> bool:
         """True when ``error`` is what a call meets while the back-end fails over to another server (no
         primary, the old one refusing or demoted): a :class:`GuardedStore` then waits for the new one."""

@@ -5,6 +5,7 @@ lighter for a team a pipeline keeps for every request in flight (AgentChat 0.7.5
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, TypeGuard
 
 from autogen_agentchat.base import Response, Team
@@ -22,8 +23,9 @@ from autogen_agentchat.teams._group_chat._events import (  # not exported (0.7.5
 )
 from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRobinGroupChatManager  # not exported (0.7.5)
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
-from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, TopicId, event, rpc
+from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, RoutedAgent, TopicId, event, rpc
 from opentelemetry import trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 
 from duet.agents.runtime import noted_at_once
 
@@ -56,9 +58,23 @@ def is_group_chat(obj: object) -> TypeGuard[BaseGroupChat]:
     return _of_kind(obj, BaseGroupChat) if known is None else known
 
 
+_PROVIDER_NAMED = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+"""Whether the environment names a global tracer provider (read at import, as a process's ``OTEL_*`` settings are)."""
+
+
 def _spans_recorded() -> bool:
-    """Whether a tracer provider is set: without one, every span AgentChat opens is a no-op."""
-    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    """Whether a tracer provider is set: without one, every span AgentChat opens is a no-op.
+
+    ``trace.get_tracer_provider()`` looks the environment up on every call until a provider is set
+    (~8 Python calls, twice a request); the provider it keeps is read here instead (a module global of
+    opentelemetry-api 1.45, pinned: read, never set), and asked for only when the environment names one.
+    A provider set at any time, before or after this module is imported, is seen at the next turn."""
+    provider = trace._TRACER_PROVIDER
+    if provider is None:
+        if not _PROVIDER_NAMED:
+            return False  # get_tracer_provider() would give the proxy
+        provider = trace.get_tracer_provider()  # loads the one the environment names
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 def _team_topic(topic_type: str, agent: BaseAgent) -> DefaultTopicId:
@@ -78,7 +94,33 @@ async def _publish(agent: BaseAgent, message: Any, topic_id: TopicId, cancellati
     await agent._runtime.publish_message(message, topic_id, sender=agent._id, cancellation_token=cancellation_token)
 
 
-class TurnContainer(ChatAgentContainer):
+_found_handlers: dict[type, Any] = {}
+_handled_types: dict[type, Any] = {}
+
+
+class _HandlersFoundOnce(RoutedAgent):
+    """A routed agent class whose message handlers are found once. autogen-core's ``RoutedAgent``
+    (0.7.5, pinned) walks every attribute of the class (``dir``, ``getattr``, ``callable``,
+    ``hasattr``: ~250 Python calls) for each instance it makes, and again, with a serializer look-up
+    per message type (~320), when the class is registered on a runtime: for each new team, at its
+    first run, three of each (two containers and the manager). A class's handlers never change."""
+
+    @classmethod
+    def _discover_handlers(cls) -> Any:
+        found = _found_handlers.get(cls)
+        if found is None:
+            found = _found_handlers[cls] = super()._discover_handlers()
+        return found
+
+    @classmethod
+    def _handles_types(cls) -> Any:
+        types = _handled_types.get(cls)
+        if types is None:
+            types = _handled_types[cls] = super()._handles_types()
+        return types
+
+
+class TurnContainer(_HandlersFoundOnce, ChatAgentContainer):
     """AgentChat's agent container, which opens its span around an agent's turn
     (``trace_invoke_agent_span``) only when a tracer provider is set. Without one the span is a
     no-op, yet the stock helper keeps four generators, three context managers and two OpenTelemetry
@@ -132,7 +174,7 @@ TurnContainer._noted_at_once = noted_at_once(TurnContainer)  # type: ignore[attr
 _REQUEST_TO_SPEAK = GroupChatRequestPublish()
 
 
-class RoundRobinManager(RoundRobinGroupChatManager):
+class RoundRobinManager(_HandlersFoundOnce, RoundRobinGroupChatManager):
     """AgentChat's round-robin group chat manager, which asks every speaker for its turn with one
     shared request: AgentChat makes a new ``GroupChatRequestPublish`` for every turn (~370 bytes),
     kept for as long as the turn. It has no fields, and a pydantic model refuses attributes it does

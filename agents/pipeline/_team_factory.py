@@ -196,8 +196,26 @@ class _RoundRobinTeam(RoundRobinGroupChat):
     _shared_subscriptions: dict[tuple[Any, str, str], Subscription] | None = None  # its factory's (_share_names)
 
     async def _init(self, runtime: AgentRuntime) -> None:
-        # the runtime, its subscriptions lean, and those of its factory's earlier teams reused
-        await super()._init(TeamRegistration(runtime, self._shared_subscriptions))
+        # Mirrors BaseGroupChat._init of autogen-agentchat 0.7.5 (pinned), registering Duet's container and
+        # manager classes (which find their handlers once: _group_chat.py) where it registers AgentChat's; on
+        # the runtime, its subscriptions lean, and those of its factory's earlier teams reused.
+        registration = TeamRegistration(runtime, self._shared_subscriptions)
+        group_topic = self._group_topic_type
+        for participant, agent_type in zip(self._participants, self._participant_topic_types, strict=True):
+            maker = self._create_participant_factory(group_topic, self._output_topic_type, participant, self._message_factory)
+            await TurnContainer.register(registration, type=agent_type, factory=maker)
+            await registration.add_type_subscription(agent_type, agent_type)
+            await registration.add_type_subscription(group_topic, agent_type)
+        manager_type = self._group_chat_manager_topic_type
+        manager = self._create_group_chat_manager_factory(
+            name=self._group_chat_manager_name, group_topic_type=group_topic, output_topic_type=self._output_topic_type,
+            participant_names=self._participant_names, participant_topic_types=self._participant_topic_types,
+            participant_descriptions=self._participant_descriptions, output_message_queue=self._output_message_queue,
+            termination_condition=self._termination_condition, max_turns=self._max_turns, message_factory=self._message_factory)
+        await RoundRobinManager.register(registration, type=manager_type, factory=manager)
+        for topic in (manager_type, group_topic, self._output_topic_type):
+            await registration.add_type_subscription(topic, manager_type)
+        self._initialized = True
 
 
 _TEAM_NAMES = ("_team_id", "_group_topic_type", "_group_chat_manager_topic_type", "_participant_topic_types",

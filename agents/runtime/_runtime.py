@@ -9,6 +9,7 @@ import inspect
 import types
 import logging
 import os
+from collections import abc
 from typing import Any, Callable, Coroutine, Generator, Sequence
 
 from autogen_core import (
@@ -48,16 +49,30 @@ class _NoSpans:
         return _NO_SPAN
 
 
+MAX_LISTS_REMEMBERED = 256  # serializer lists known to be added (a team of Duet's hands the same 22 each time)
+
+
 class _KnownSerializers(SerializationRegistry):
     """The message serializers of every lean runtime in the process, by type name and content type.
     The stock runtime keeps a registry of its own, and each team adds a serializer for each message
     type its agents handle to it when it first runs (about 1.5 KB a team); the first one added for
     a type is kept. A single-process runtime only uses them to write its event log."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Lists added whole, by id, each kept (an id is not reused while its object lives): Duet's agent classes
+        # hand the same lists at every team's first run (they find their handlers once), so one is added once.
+        self._lists_added: dict[int, object] = {}
+
     def add_serializer(self, serializer: MessageSerializer[Any] | Sequence[MessageSerializer[Any]]) -> None:
-        if isinstance(serializer, Sequence):
+        if self._lists_added.get(id(serializer)) is serializer:
+            return
+        if isinstance(serializer, abc.Sequence):
             for one in serializer:
                 self.add_serializer(one)
+            if len(self._lists_added) >= MAX_LISTS_REMEMBERED:  # (new lists each time, a stock team's): begun again
+                self._lists_added.clear()
+            self._lists_added[id(serializer)] = serializer
         elif (serializer.type_name, serializer.data_content_type) not in self._serializers:
             self._serializers[(serializer.type_name, serializer.data_content_type)] = serializer
 

@@ -48,6 +48,9 @@ class LeanTypeSubscription(_IdOnRead, TypeSubscription):  # type: ignore[misc]  
         self._id = id
 
     def __eq__(self, other: object) -> bool:
+        if type(other) is LeanTypeSubscription:  # the same test, on the fields: a runtime compares each it adds with those it holds
+            return (self._agent_type == other._agent_type and self._topic_type == other._topic_type) \
+                or (self._id is not None and self._id == other._id)
         if not isinstance(other, TypeSubscription):
             return False
         return (self.agent_type == other.agent_type and self.topic_type == other.topic_type) or _same_id(self, other)
@@ -80,6 +83,9 @@ class LeanTypePrefixSubscription(_IdOnRead, TypePrefixSubscription):  # type: ig
         return topic_id.type.startswith(agent_type) and topic_id.type[len(agent_type):len(agent_type) + 1] == ":"
 
     def __eq__(self, other: object) -> bool:
+        if type(other) is LeanTypePrefixSubscription and self._agent_type == other._agent_type \
+                and self._topic_type_prefix == other._topic_type_prefix:  # equal fields: equal (as below, without the calls)
+            return True
         if not isinstance(other, TypePrefixSubscription):
             return False
         return (self.agent_type == other.agent_type and self.topic_type_prefix == other.topic_type_prefix) \
@@ -137,6 +143,15 @@ class TeamRegistration:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runtime, name)
 
+    async def add_type_subscription(self, topic_type: str, agent_type: str) -> None:
+        """``add_subscription(TypeSubscription(topic_type, agent_type))``, without making the stock one
+        (it draws a uuid4 id that nobody reads) when an equal lean one is shared."""
+        lean = self._shared.get((TypeSubscription, topic_type, agent_type)) if self._shared is not None else None
+        if lean is None:
+            await self.add_subscription(TypeSubscription(topic_type=topic_type, agent_type=agent_type))
+        else:
+            await self._runtime.add_subscription(lean)
+
     async def add_subscription(self, subscription: Subscription) -> None:
         shared = self._shared
         key = _shared_key(subscription) if shared is not None else None
@@ -167,6 +182,13 @@ class SubscriptionsWithoutCache(SubscriptionManager):
 
     def _rebuild_subscriptions(self, topics: Any) -> None:
         """Nothing is cached."""
+
+    async def add_subscription(self, subscription: Subscription) -> None:
+        # Mirrors SubscriptionManager.add_subscription of autogen-core 0.7.5 (pinned): refused when an equal one
+        # is held; compared by the list (each held one's __eq__, as the stock generator asks), nothing rebuilt.
+        if subscription in self._subscriptions:
+            raise ValueError("Subscription already exists")
+        self._subscriptions.append(subscription)
 
     async def get_subscribed_recipients(self, topic: TopicId) -> list[AgentId]:
         return [subscription.map_to_agent(topic) for subscription in self._subscriptions if subscription.is_match(topic)]

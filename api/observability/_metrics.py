@@ -20,8 +20,9 @@ import threading
 from typing import Any
 
 import prometheus_client
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client import multiprocess
+from prometheus_client.values import MutexValue
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """The variable prometheus-client reads, in each worker, for the directory the workers share."""
@@ -41,30 +42,71 @@ STORE_SECONDS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 2.0)
 
 
 class Counter(prometheus_client.Counter):
-    """A ``Counter`` whose ``inc`` checks that it may count without two method calls: a request counts a
-    dozen times, and each call is CPU every request pays."""
+    """A ``Counter`` whose ``inc`` checks that it may count without two method calls and, in one
+    process, adds under its value's lock without the value's method: a request counts a dozen times,
+    and each call is CPU every request pays."""
 
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
         # Mirrors Counter.inc of prometheus-client 0.26 (pinned in constraints.txt), _raise_if_not_observable inlined.
         if exemplar or amount < 0 or (self._labelnames and not self._labelvalues):
             super().inc(amount, exemplar)  # raises, or sets the exemplar, as stock
-        else:
-            self._value.inc(amount)
+            return
+        value = self._value
+        if type(value) is MutexValue:  # Mirrors MutexValue.inc of prometheus-client 0.26 (pinned)
+            with value._lock:
+                value._value += amount
+        else:  # a worker's file (multiprocess mode)
+            value.inc(amount)
 
 
 class Histogram(prometheus_client.Histogram):
-    """A ``Histogram`` whose ``observe`` checks that it may count without two method calls (see :class:`Counter`)."""
+    """A ``Histogram`` whose ``observe`` checks that it may count without two method calls, and adds
+    in one process without its values' method (see :class:`Counter`)."""
 
     def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
         # Mirrors Histogram.observe of prometheus-client 0.26 (pinned in constraints.txt), _raise_if_not_observable inlined.
         if exemplar or (self._labelnames and not self._labelvalues):
             super().observe(amount, exemplar)  # raises, or sets the exemplar, as stock
             return
-        self._sum.inc(amount)
+        total = self._sum
+        if type(total) is not MutexValue:  # a worker's files (multiprocess mode)
+            total.inc(amount)
+            for index, bound in enumerate(self._upper_bounds):
+                if amount <= bound:
+                    self._buckets[index].inc(1)
+                    break
+            return
+        with total._lock:  # MutexValue.inc of prometheus-client 0.26 (pinned), inlined
+            total._value += amount
         for index, bound in enumerate(self._upper_bounds):
             if amount <= bound:
-                self._buckets[index].inc(1)
+                bucket = self._buckets[index]
+                with bucket._lock:
+                    bucket._value += 1
                 break
+
+
+class Gauge(prometheus_client.Gauge):
+    """A ``Gauge`` whose ``inc`` and ``dec`` (the requests in flight: twice a request) check that they
+    may count without two method calls, and add in one process without the value's method (see :class:`Counter`)."""
+
+    def inc(self, amount: float = 1) -> None:
+        # Mirrors Gauge.inc of prometheus-client 0.26 (pinned in constraints.txt), _raise_if_not_observable inlined.
+        if self._is_most_recent or (self._labelnames and not self._labelvalues) or type(self._value) is not MutexValue:
+            super().inc(amount)  # raises, or writes the worker's file, as stock
+            return
+        value = self._value
+        with value._lock:  # MutexValue.inc of prometheus-client 0.26 (pinned), inlined
+            value._value += amount
+
+    def dec(self, amount: float = 1) -> None:
+        # Mirrors Gauge.dec of prometheus-client 0.26 (pinned in constraints.txt), as inc above.
+        if self._is_most_recent or (self._labelnames and not self._labelvalues) or type(self._value) is not MutexValue:
+            super().dec(amount)  # raises, or writes the worker's file, as stock
+            return
+        value = self._value
+        with value._lock:
+            value._value -= amount
 
 
 class BoundedLabels:
@@ -157,6 +199,22 @@ class Metrics:
         self.process_fds = Gauge("duet_process_open_fds", "Open file descriptors of the worker process (connections among them).",
                                  worker, registry=registry, multiprocess_mode="livesum")
 
+    def model_call_children(self, pipeline: str, stage: str) -> "ModelCallChildren":
+        """What every model call of ``stage`` counts to, looked up once per label set (see :meth:`child`)."""
+        key = (ModelCallChildren, pipeline, stage)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = ModelCallChildren(self, pipeline, stage)
+        return children
+
+    def request_children(self, pipeline: str, protocol: str) -> "RequestChildren":
+        """The histograms every request of ``pipeline`` and ``protocol`` observes, looked up once per label set."""
+        key = (RequestChildren, pipeline, protocol)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = RequestChildren(self, pipeline, protocol)
+        return children
+
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once per label set (prometheus-client checks and locks on each call)."""
         key = (metric, *labels)  # a metric hashes by identity (in C: no id() call per lookup)
@@ -164,6 +222,30 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+
+class ModelCallChildren:
+    """The children of one stage's model-call metrics (``duet_upstream_*`` and its upstream-counted tokens):
+    four look-ups a call become one (:meth:`Metrics.model_call_children`)."""
+
+    __slots__ = ("duration", "first_token", "input_tokens", "output_tokens")
+
+    def __init__(self, metrics: Metrics, pipeline: str, stage: str) -> None:
+        self.duration = metrics.child(metrics.upstream_duration, pipeline, stage)
+        self.first_token = metrics.child(metrics.upstream_first_token, pipeline, stage)
+        self.input_tokens = metrics.child(metrics.tokens, pipeline, stage, "input", "upstream")
+        self.output_tokens = metrics.child(metrics.tokens, pipeline, stage, "output", "upstream")
+
+
+class RequestChildren:
+    """The children of the histograms of one pipeline's requests over one protocol (:meth:`Metrics.request_children`)."""
+
+    __slots__ = ("duration", "first_token", "overhead")
+
+    def __init__(self, metrics: Metrics, pipeline: str, protocol: str) -> None:
+        self.duration = metrics.child(metrics.duration, pipeline, protocol)
+        self.first_token = metrics.child(metrics.first_token, pipeline, protocol)
+        self.overhead = metrics.child(metrics.overhead, pipeline, protocol)
 
 
 _metrics: Metrics | None = None

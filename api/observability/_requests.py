@@ -211,13 +211,13 @@ class RequestObservation:
         metrics = hub.metrics
         if metrics is not None:
             metrics.in_flight.dec()
-            labels = (self.pipeline, self.protocol)
-            metrics.child(metrics.requests, *labels, str(status)).inc()
-            metrics.child(metrics.duration, *labels).observe(duration)
+            metrics.child(metrics.requests, self.pipeline, self.protocol, str(status)).inc()
+            children = metrics.request_children(self.pipeline, self.protocol)
+            children.duration.observe(duration)
             if self.first_token is not None:
-                metrics.child(metrics.first_token, *labels).observe(self.first_token)
+                children.first_token.observe(self.first_token)
             if overhead is not None:
-                metrics.child(metrics.overhead, *labels).observe(max(overhead, 0.0))
+                children.overhead.observe(max(overhead, 0.0))
         if self.span is not None:
             self.span.set_attribute("http.response.status_code", status)
             if self.pipeline:
@@ -300,14 +300,17 @@ class _ModelCall:
             figures.count(usage.prompt_tokens, usage.completion_tokens, cached, "upstream")
         metrics = request.hub.metrics
         if metrics is not None:
-            labels = (request.pipeline, self.stage)
-            metrics.child(metrics.upstream_duration, *labels).observe(seconds)
+            children = metrics.model_call_children(request.pipeline, self.stage)
+            children.duration.observe(seconds)
             if first_token is not None:
-                metrics.child(metrics.upstream_first_token, *labels).observe(first_token)
-            if usage is not None:
-                count_tokens(metrics, labels, usage.prompt_tokens, usage.completion_tokens, cached, "upstream")
+                children.first_token.observe(first_token)
+            if usage is not None:  # count_tokens, its children of the upstream's count looked up once
+                children.input_tokens.inc(usage.prompt_tokens)
+                children.output_tokens.inc(usage.completion_tokens)
+                if cached:
+                    metrics.child(metrics.tokens, request.pipeline, self.stage, "cached", "upstream").inc(cached)
             if code is not None:
-                metrics.child(metrics.upstream_errors, *labels, code).inc()
+                metrics.child(metrics.upstream_errors, request.pipeline, self.stage, code).inc()
         span = self.span
         if span is not None:
             if result is not None:

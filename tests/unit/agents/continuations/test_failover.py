@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 import pytest
 
-from duet.agents.continuations import Continuation, GuardedStore, MemoryContinuationStore, StoreUnavailable
+from duet.agents.continuations import Continuation, GuardedStore, MemoryContinuationStore, ReasoningLedger, StoreUnavailable
 from duet.agents.continuations._failover import HeldWrites
 
 
@@ -191,5 +191,25 @@ def test_writes_in_one_call_during_a_failover_are_each_held() -> None:
         await asyncio.wait_for(store._failover.back(), 5)  # type: ignore[union-attr]
         assert (await backend.get(["b"])).reasoning == "second"  # type: ignore[union-attr]
         assert (await backend.get(["d"])).reasoning == "third"  # type: ignore[union-attr]
+
+    asyncio.run(main())
+
+
+def test_notes_held_during_a_failover_are_read_back_in_this_worker() -> None:
+    """The reasoning ledger's notes written while the store fails over are held here; the next turn's
+    prompt still gets them (and a read of several keys gets what is held, the rest missing)."""
+
+    async def main() -> None:
+        backend = FailingOver()
+        store = GuardedStore(backend, timeout=1, failover_wait=10)
+        ledger = ReasoningLedger(store, write_delay=0.01)
+        backend.back.clear()
+        ledger.keep("owner", "duet", "digest-1", "reasoning 1", reuse_seconds=0, prefix_digest="prefix-1")
+        await ledger.settle()
+        assert store.held_writes == 1 and not store.available
+        assert await ledger.notes("owner", "duet", {0: "prefix-1", 1: "prefix-2"}) == {0: ("reasoning 1", "")}
+        held_key = ReasoningLedger.note_key("owner", "duet", "prefix-1")
+        found = await store.get_each([held_key, "not-held"])
+        assert [entry and entry.reasoning for entry in found] == ["reasoning 1", None]
 
     asyncio.run(main())

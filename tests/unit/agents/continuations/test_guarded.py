@@ -9,7 +9,7 @@ from duet.agents.continuations import Continuation, ContinuationStore, GuardedSt
 
 
 class PutOnly(ContinuationStore):
-    """A back-end of a user's that writes one continuation per call (no ``put_each`` of its own), each
+    """A back-end of a user's that writes and reads one continuation per call (no ``put_each`` or ``get_each``), each
     well within the guard's timeout."""
 
     def __init__(self) -> None:
@@ -20,6 +20,7 @@ class PutOnly(ContinuationStore):
         self.kept.update(dict.fromkeys(call_ids, continuation))
 
     async def get(self, call_ids: Iterable[str]) -> Continuation | None:
+        await asyncio.sleep(0.03)  # a round trip
         return next((self.kept[call_id] for call_id in call_ids if call_id in self.kept), None)
 
 
@@ -37,3 +38,19 @@ def test_a_batch_of_writes_to_a_back_end_without_put_each_is_timed_per_write() -
     available, found = asyncio.run(main())
     assert available
     assert [entry and entry.reasoning for entry in found] == [f"thought {n}" for n in range(20)]
+
+
+def test_a_batch_of_reads_from_a_back_end_without_get_each_is_timed_per_read() -> None:
+    """The notes of a conversation's earlier turns are read in one ``get_each``: for a back-end that reads
+    one by one, each read gets the guard's timeout, as each did when read alone."""
+
+    async def main() -> tuple[bool, list[Continuation | None]]:
+        backend = PutOnly()
+        backend.kept = {f"key-{n}": Continuation(reasoning=f"thought {n}") for n in range(20)}
+        store = GuardedStore(backend, timeout=0.25)
+        found = await store.get_each([f"key-{n}" for n in range(20)] + ["missing"])  # ~0.6 s in all
+        return store.available, found
+
+    available, found = asyncio.run(main())
+    assert available
+    assert [entry and entry.reasoning for entry in found] == [f"thought {n}" for n in range(20)] + [None]

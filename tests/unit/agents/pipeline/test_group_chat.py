@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from autogen_core import SingleThreadedAgentRuntime
+from duet.agents.pipeline import _group_chat
 from duet.agents.runtime import LeanAgentRuntime
 
 from tests.core_parts import run_a_team_on
@@ -42,11 +43,33 @@ def test_duets_team_opens_its_agent_spans_only_when_a_tracer_provider_is_set(mon
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # where trace.set_tracer_provider keeps it (set once a process)
     assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False), duet_team=True)) == ["user", "first", "second"]
     assert spans_opened == ["first", "second"] * 2
     assert [span.name for span in exporter.get_finished_spans() if span.name.startswith("invoke_agent")] == [
         "invoke_agent first", "invoke_agent second"]
+
+
+def test_without_a_tracer_provider_a_turn_does_not_look_the_environment_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until a provider is set, ``trace.get_tracer_provider()`` reads the environment on every call: a turn
+    of Duet's team reads the provider OpenTelemetry keeps instead, and sees one set at any time."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    asked: list[None] = []
+    stock = trace.get_tracer_provider
+
+    def counted() -> Any:
+        asked.append(None)
+        return stock()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", counted)  # this test's spy, undone after it
+    assert not _group_chat._spans_recorded()
+    assert asked == []
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())  # set later: seen at once
+    assert _group_chat._spans_recorded()
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", trace.NoOpTracerProvider())
+    assert not _group_chat._spans_recorded()
 
 
 def test_every_turn_of_duets_team_is_requested_with_one_shared_message() -> None:

@@ -205,6 +205,46 @@ def test_a_factorys_teams_share_their_names_and_subscriptions_and_run_at_once_ea
     assert slots[1].team.dump_component() == component  # still the same team, dumped
 
 
+def test_a_new_teams_first_run_finds_its_agents_handlers_once_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """autogen-core finds a routed agent's message handlers by walking its class's attributes, for each
+    agent it makes and each class it registers: six walks at every new team's first run, what a worker
+    pays for each stream above the teams it keeps. Duet's container and manager classes walk once; a
+    stock team still walks as AgentChat does."""
+    from autogen_core import RoutedAgent, SingleThreadedAgentRuntime
+
+    walked: list[str] = []
+    stock = RoutedAgent._discover_handlers.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type) -> Any:
+        walked.append(cls.__name__)
+        return stock(cls)
+
+    monkeypatch.setattr(RoutedAgent, "_discover_handlers", classmethod(counted))  # this test's spy, undone after it
+    from duet.agents.pipeline import _group_chat
+
+    monkeypatch.setattr(_group_chat, "_found_handlers", {})  # as in a new process
+    monkeypatch.setattr(_group_chat, "_handled_types", {})
+    factory = TeamFactory(_component(answer=ReplayChatCompletionClient(["Sunny today."] * 3)))
+    slots = [factory() for _ in range(3)]
+
+    async def main() -> list[list[Any]]:
+        return list(await asyncio.wait_for(asyncio.gather(*(_replies_of_a_run(slot) for slot in slots)), 10))
+
+    assert asyncio.run(main()) == [[ReasoningReply("plan"), AnswerReply("Sunny today.", "stop"), None]] * 3
+    assert sorted(walked) == ["RoundRobinManager", "TurnContainer"]  # once each, for three teams made and registered
+    walked.clear()
+
+    async def stock_team() -> None:
+        team = RoundRobinGroupChat([AssistantAgent("first", ReplayChatCompletionClient(["one"]))],
+                                   termination_condition=MaxMessageTermination(2), runtime=SingleThreadedAgentRuntime())
+        team._runtime.start()  # type: ignore[attr-defined]
+        await asyncio.wait_for(team.run(task="go"), 5)
+        await team._runtime.stop_when_idle()  # type: ignore[attr-defined]
+
+    asyncio.run(stock_team())
+    assert "ChatAgentContainer" in walked and "RoundRobinGroupChatManager" in walked
+
+
 def test_team_factory_close_closes_the_shared_clients_and_the_team_no_request_leased() -> None:
     async def main() -> None:
         component = _component(reasoner=_lean("r"), answer=_custom("a"))

@@ -185,6 +185,35 @@ def test_lean_runtimes_share_one_serializer_registry_that_still_serves_the_event
     assert json.loads(second._try_serialize(Note(text="hi"))) == {"text": "hi"}
 
 
+def test_a_list_of_serializers_added_again_is_not_walked_again() -> None:
+    """Duet's agent classes hand a runtime the same serializer lists at every new team's first run (they
+    find their handlers once): a list the shared registry took whole is not walked again."""
+    from autogen_core._serialization import try_get_known_serializers_for_type
+    from pydantic import BaseModel
+
+    class Reading(BaseModel):
+        value: int
+
+    class Walked(list):  # type: ignore[type-arg]
+        walks = 0
+
+        def __iter__(self) -> Any:
+            Walked.walks += 1
+            return super().__iter__()
+
+    serializers = Walked(try_get_known_serializers_for_type(Reading))
+    for runtime in (LeanAgentRuntime(), LeanAgentRuntime()):
+        runtime.add_message_serializer(serializers)
+    assert Walked.walks == 1
+    assert LeanAgentRuntime()._serialization_registry.is_registered(serializers[0].type_name, serializers[0].data_content_type)
+    fresh = Walked(try_get_known_serializers_for_type(Reading))  # another list of the same: walked, its serializers known
+    LeanAgentRuntime().add_message_serializer(fresh)
+    assert Walked.walks == 2
+    for _ in range(300):  # new lists each time (a stock team's first runs): what is remembered stays bounded
+        LeanAgentRuntime().add_message_serializer(list(try_get_known_serializers_for_type(Reading)))
+    assert len(LeanAgentRuntime()._serialization_registry._lists_added) <= 256
+
+
 def test_a_lean_runtime_gives_back_the_room_of_its_handlers_once_none_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its set of running handlers grows past four at a burst of messages; once none runs it is as
     small as a new set again (a set keeps the table it grew to until it is cleared)."""

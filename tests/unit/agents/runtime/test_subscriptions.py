@@ -81,6 +81,11 @@ def test_a_lean_runtime_keeps_stock_subscriptions_as_their_lean_kind_with_their_
         assert not await manager.get_subscribed_recipients(TopicId("notes", "key"))
         one, same = LeanTypeSubscription("t", "a"), LeanTypeSubscription("t", "a")
         assert one == same and one != LeanTypeSubscription("u", "a") and one._id is None and same._id is None  # compared, no id drawn
+        assert LeanTypeSubscription("t", "a", "id-1") == LeanTypeSubscription("u", "b", "id-1")  # the same id: equal, as stock
+        assert LeanTypeSubscription("t", "a", "id-1") != LeanTypeSubscription("u", "b", "id-2") != one
+        prefix = LeanTypePrefixSubscription("writer:", "writer")
+        assert prefix == LeanTypePrefixSubscription("writer:", "writer") == TypePrefixSubscription("writer:", "writer")
+        assert prefix != LeanTypePrefixSubscription("notes.", "writer") and prefix != one and one != prefix
 
     asyncio.run(by_hand())
 
@@ -158,3 +163,20 @@ def test_a_team_registration_shares_equal_lean_subscriptions_within_its_bound(mo
     monkeypatch.setattr(_subscriptions, "SHARED_SUBSCRIPTIONS_MAX", 2)
     third = asyncio.run(register(LeanAgentRuntime(), TypeSubscription("u", "a"), TypeSubscription("t", "a")))
     assert third[1] is one[0] and "u" not in [key[1] for key in shared] and len(shared) == 2
+
+
+def test_a_team_registration_adds_a_shared_type_subscription_without_making_the_stock_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new team's first run adds seven type subscriptions its factory's earlier teams already made
+    lean: each is added as that one, and no stock one is made (each draws a uuid4 id nobody reads)."""
+    from duet.agents.runtime import TeamRegistration
+
+    shared: dict[Any, Any] = {}
+    first, second = LeanAgentRuntime(), LeanAgentRuntime()
+    asyncio.run(TeamRegistration(first, shared).add_type_subscription("group", "writer"))
+    drawn: list[int] = []
+    stock_uuid4 = uuid.uuid4
+    monkeypatch.setattr(uuid, "uuid4", lambda: drawn.append(1) or stock_uuid4())  # this test's spy, undone after it
+    asyncio.run(TeamRegistration(second, shared).add_type_subscription("group", "writer"))
+    assert drawn == []
+    [kept] = second._subscription_manager.subscriptions
+    assert kept is first._subscription_manager.subscriptions[0] and kept == TypeSubscription("group", "writer")
