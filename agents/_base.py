@@ -123,10 +123,9 @@ class DuetAgent(BaseChatAgent):
     async def on_messages_stream(
         self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken
     ) -> AsyncGenerator[BaseAgentEvent | BaseChatMessage | Response, None]:
-        run = current_run()
-        if run is not None:
-            ahead = run.take_head_start(self.name, messages)
-            yield await (ahead.response() if ahead is not None else self._emit_turn(messages, run, cancellation_token))
+        reply = await self.reply_in_run(messages, cancellation_token)
+        if reply is not None:
+            yield reply
             return
         if carries_task(messages):
             raise RunNotBoundError(
@@ -144,6 +143,16 @@ class DuetAgent(BaseChatAgent):
         except UpstreamError as exc:
             exc.at_stage(self.name)  # the message now says which model failed: reasoning or answer
             raise
+
+    async def reply_in_run(self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken) -> Response | None:
+        """The turn's reply in a Duet run (its events went to the run's reader): all that
+        :meth:`on_messages_stream` yields then, without a generator (a team's container awaits it, one
+        async generator less per turn). ``None`` when no run is bound (the turn is then streamed)."""
+        run = current_run()
+        if run is None:
+            return None
+        ahead = run.take_head_start(self.name, messages)
+        return await (ahead.response() if ahead is not None else self._emit_turn(messages, run, cancellation_token))
 
     async def _emit_turn(
         self, messages: Sequence[BaseChatMessage], run: DuetRun, cancellation_token: CancellationToken,

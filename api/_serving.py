@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Generic, Iterable, Mapping, Protocol, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, Protocol, TypeVar
 
 from autogen_core import CancellationToken
 from fastapi import Request
@@ -47,7 +47,7 @@ from duet.api.observability import RequestObservation, current_observation
 from duet.api._wire import Model, ModelList
 from duet.api._rendering import Renderer, ResponseWriter
 from duet.api._settings import ServiceOptions
-from duet.api._sse import PING, CLIENT_GONE, DirectWrites, EventStreamResponse, TimedWriteResponse, cancel_and_wait, watch_disconnect
+from duet.api._sse import PING, CLIENT_GONE, DirectWrites, EventStreamResponse, TimedWriteResponse, watch_disconnect
 from duet.api._validation import LARGE_BODY_BYTES, load_body
 
 
@@ -324,28 +324,14 @@ class Service:
         disconnected: asyncio.Future[None],
         token: CancellationToken,
     ) -> Response:
-        collector = asyncio.ensure_future(source.collect())
-        stopped = self.gate.stopped
-        waited: set[asyncio.Future[Any]] = {collector, disconnected, stopped}
-        try:
-            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
-            client_left = disconnected.done()
-        finally:
-            disconnected.cancel()
-            try:
-                if not collector.done():  # the client hung up or the server stops: stop the models
-                    token.cancel()
-                    await cancel_and_wait(collector)
-            finally:
-                await source.close()
-        if collector.cancelled():
-            if client_left:
+        events = await _collect_unless(source, disconnected, self.gate.stopped, token)
+        if events is None:  # the client hung up or the server stops: the models were stopped
+            if not disconnected.cancelled():  # done with a result: the client has gone (else no longer watched)
                 return Response(status_code=499)
             return protocol.error_response(shutting_down(), headers={"connection": "close"})
         fold = protocol.fold(wire_request, wire_request.response_id)
         renderer = Renderer(fold, protocol.reasoning_output(duet.reasoning_output), wire_request.legacy)
         renderer.start()
-        events = collector.result()
         for event in events:
             renderer.render(event)
         if events and isinstance(events[-1], Finished) and events[-1].hidden_part_lost:
@@ -356,6 +342,44 @@ class Service:
             return protocol.error_response(result)
         headers = {UNSAVED_HEADER: ", ".join(wire_request.unsaved)} if wire_request.unsaved else None
         return TimedWriteResponse(JSONResponse(result.model_dump(mode="json"), headers=headers), self.options.write_timeout)
+
+
+async def _collect_unless(source: "_EventSource", disconnected: asyncio.Future[None], stopped: asyncio.Future[None],
+                          token: CancellationToken) -> list[DuetEvent] | None:
+    """The run's events, collected in the request's own task; ``None`` once the client has gone or the
+    server stops first (``disconnected``, ``stopped``: their callbacks cancel the collecting, as they
+    interrupt a stream's writing; no task and no ``asyncio.wait`` of its own). The source is closed
+    either way, which stops whatever of the run still goes on."""
+    task = asyncio.current_task()
+    assert task is not None
+    interrupted: list[asyncio.Future[None]] = []  # the future that cancelled the collecting, if one did
+
+    def interrupt(future: asyncio.Future[None]) -> None:
+        if not interrupted and collecting:
+            interrupted.append(future)
+            task.cancel()
+
+    collecting = True
+    disconnected.add_done_callback(interrupt)
+    stopped.add_done_callback(interrupt)
+    events: list[DuetEvent] | None = None
+    try:
+        try:
+            events = await source.collect()
+        finally:
+            collecting = False  # at once: no interruption from here on
+    except asyncio.CancelledError:
+        if not interrupted or task.uncancel():
+            raise  # not (only) ours: the server ends every request
+    finally:
+        stopped.remove_done_callback(interrupt)  # the server's stop signal outlives the request
+        disconnected.cancel()
+        try:
+            if events is None:  # the client hung up, the server stops, or the run could not be read: stop the models
+                token.cancel()
+        finally:
+            await source.close()
+    return events
 
 
 _HELD_BACK = (ReusedReasoning, Usage)
@@ -386,7 +410,8 @@ class _EventSource:
         self._writer = writer
         self.first_wait = first_wait
         self.keep_alive = protocol.keep_alive
-        self._first: list[DuetEvent] = []
+        self._first: list[DuetEvent] | None = []  # the first batch, until the first chunk is made of it (then None)
+        self._deliver: Callable[[DuetEvent], bool] | None = None  # what takes events while the stream waits (chunks)
         self._unsent = b""  # the first event's bytes, rendered, not sent when the source began the stream (begin)
         self._closed = False
         self.starter: EventStreamResponse | None = None
@@ -445,29 +470,42 @@ class _EventSource:
         return self._writer.take()
 
     async def collect(self) -> list[DuetEvent]:
-        return [event async for event in self._run]
+        """The run's events, a batch at a time (not a ``__anext__`` and a ``pop(0)`` an event)."""
+        run = self._run
+        events: list[DuetEvent] = []
+        while not run.ended:
+            events += await run.next_batch()
+        return events
 
-    async def chunks(self, direct: DirectWrites | None = None) -> AsyncIterator[bytes]:
+    def chunks(self, direct: DirectWrites | None = None) -> "_EventSource":
+        """The stream's chunks: the source itself, an async iterator, not an async generator (none of the
+        event loop's hooks and weak-set entries a generator costs, no generator object for the stream's life)."""
         assert self._renderer is not None and self._writer is not None
-        render, take = self._renderer.render, self._writer.take
-        event: DuetEvent | None
-        for event in self._first:
+        self._deliver = None if direct is None else self._writing_through(direct)
+        return self
+
+    def __aiter__(self) -> "_EventSource":
+        return self
+
+    async def __anext__(self) -> bytes:
+        """The first batch's bytes (after what :meth:`start`'s ``begin`` left unsent), then each batch's
+        once it comes, until the run has handed out its last event."""
+        render = self._renderer.render  # type: ignore[union-attr]  # chunks() asked
+        batch = self._first
+        if batch is not None:
+            self._first = None  # rendered now: not kept while the stream waits for the next batch
+        elif self._run.ended:
+            raise StopAsyncIteration
+        else:
+            batch = await self._run.next_batch(deliver=self._deliver)
+        for event in batch:
             render(event)
-        # Rendered: neither the first batch nor the last event is kept while the stream waits for the next.
-        self._first = []
-        event = None
         if self._run.ended:
-            await self._protocol.completed(self._request, self._writer)
-        unsent, self._unsent = self._unsent, b""
-        yield unsent + take() if unsent else take()
-        deliver = None if direct is None else self._writing_through(direct)
-        while not self._run.ended:
-            for event in await self._run.next_batch(deliver=deliver):
-                render(event)
-            event = None
-            if self._run.ended:
-                await self._protocol.completed(self._request, self._writer)
-            yield take()
+            await self._protocol.completed(self._request, self._writer)  # type: ignore[arg-type]
+        chunk = self._writer.take()  # type: ignore[union-attr]
+        if self._unsent:  # the first chunk: what begin left to the stream's task goes first
+            chunk, self._unsent = self._unsent + chunk, b""
+        return chunk
 
     def _writing_through(self, direct: DirectWrites) -> Callable[[DuetEvent], bool]:
         """What takes an event while the stream waits for the next: rendered and written at once, in the

@@ -74,20 +74,24 @@ class GuardedStore(ContinuationStore):
         return self._held.dropped
 
     async def _guard(self, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-        observer = observer_of(current_run())  # a request's store calls are told to its observer
+        return await self._told(call.__name__, self._guarded(call, *args))
+
+    async def _told(self, operation: str, work: Awaitable[_T]) -> _T:
+        """``work``'s result; a request's store calls are told to its observer, as ``operation``."""
+        observer = observer_of(current_run())
         if observer is None:
-            return await self._guarded(call, *args)
+            return await work
         started = time.monotonic()
         outcome: StoreOutcome = "cancelled"
         try:
-            result = await self._guarded(call, *args)
-            outcome = "miss" if result is None and call.__name__ == "get" else "ok"
+            result = await work
+            outcome = "miss" if result is None and operation == "get" else "ok"
             return result
         except StoreUnavailable:
             outcome = "unavailable"
             raise
         finally:
-            observer.store_call(call.__name__, outcome, time.monotonic() - started)
+            observer.store_call(operation, outcome, time.monotonic() - started)
 
     async def _guarded(self, call: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         probe = False
@@ -192,18 +196,20 @@ class GuardedStore(ContinuationStore):
 
     async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
         """What is kept under each of ``keys``: what this worker holds through a failover, the rest from the
-        store, in one call (one call each, each bounded by the timeout, when the store reads them one by one
-        anyway). Raises :class:`StoreUnavailable` when the store fails and none of them is held here."""
+        store, in one call (one read each, each bounded by the timeout, when the store reads them one by one
+        anyway). While the store fails over, only what is held here: no probe on a request's way (the
+        failover's own task looks for the new primary). Raises :class:`StoreUnavailable` when the store
+        fails and none of them is held here."""
         by_key = type(self.store).get_each is ContinuationStore.get_each
         if not self._held and not by_key:
             return await self._guard(self.store.get_each, list(keys))
         found = self._held.find_each(keys)
         unread = [key for key, entry in zip(keys, found, strict=True) if entry is None]
-        if not unread:
+        if not unread or (self._down_since is not None and self._failing_over()):
             return found
         try:
             if by_key:
-                stored = [await self._guard(self.store.get, [key]) for key in unread]
+                stored = await self._told("get_each", self._read_one_by_one(unread))
             else:
                 stored = await self._guard(self.store.get_each, unread)
         except StoreUnavailable:
@@ -212,6 +218,9 @@ class GuardedStore(ContinuationStore):
             raise
         fill = iter(stored)
         return [entry if entry is not None else next(fill) for entry in found]
+
+    async def _read_one_by_one(self, keys: Sequence[str]) -> list[Continuation | None]:
+        return [await self._guarded(self.store.get, [key]) for key in keys]
 
     async def ping(self) -> None:
         await self._guard(self.store.ping)

@@ -185,7 +185,7 @@ class ReasoningLedger:
         keys = {index: self.note_key(owner, pipeline, prefix_digests[index]) for index in prefix_digests}
         notes = {index: entry for index, key in keys.items() if (entry := self._unwritten.get(key)) is not None}
         unread = [index for index in keys if index not in notes]
-        # Known to be out: the rest are missing, no probe; unless it holds writes through a failover.
+        # Known to be out: the rest are missing, no store call; what it holds through a failover is read back.
         if unread and (self.store.available or self.store.held_writes):
             try:
                 found = await self.store.get_each([keys[index] for index in unread])

@@ -5,7 +5,6 @@ lighter for a team a pipeline keeps for every request in flight (AgentChat 0.7.5
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any, TypeGuard
 
 from autogen_agentchat.base import Response, Team
@@ -25,8 +24,8 @@ from autogen_agentchat.teams._group_chat._round_robin_group_chat import RoundRob
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage, StopMessage
 from autogen_core import BaseAgent, CancellationToken, DefaultTopicId, MessageContext, RoutedAgent, TopicId, event, rpc
 from opentelemetry import trace
-from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 
+from duet.agents._base import DuetAgent
 from duet.agents.runtime import noted_at_once
 
 
@@ -58,23 +57,18 @@ def is_group_chat(obj: object) -> TypeGuard[BaseGroupChat]:
     return _of_kind(obj, BaseGroupChat) if known is None else known
 
 
-_PROVIDER_NAMED = OTEL_PYTHON_TRACER_PROVIDER in os.environ
-"""Whether the environment names a global tracer provider (read at import, as a process's ``OTEL_*`` settings are)."""
+def is_duet_agent(obj: object) -> TypeGuard[DuetAgent]:
+    """``isinstance(obj, DuetAgent)``, asked once per class of ``obj`` (see :func:`is_team`: an agent's
+    class also has typing's protocol metaclass)."""
+    known = _KINDS.get((obj.__class__, DuetAgent))
+    return _of_kind(obj, DuetAgent) if known is None else known
 
 
 def _spans_recorded() -> bool:
-    """Whether a tracer provider is set: without one, every span AgentChat opens is a no-op.
-
-    ``trace.get_tracer_provider()`` looks the environment up on every call until a provider is set
-    (~8 Python calls, twice a request); the provider it keeps is read here instead (a module global of
-    opentelemetry-api 1.45, pinned: read, never set), and asked for only when the environment names one.
-    A provider set at any time, before or after this module is imported, is seen at the next turn."""
-    provider = trace._TRACER_PROVIDER
-    if provider is None:
-        if not _PROVIDER_NAMED:
-            return False  # get_tracer_provider() would give the proxy
-        provider = trace.get_tracer_provider()  # loads the one the environment names
-    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    """Whether a tracer provider is set: without one, every span AgentChat opens is a no-op. (Asked of
+    OpenTelemetry each turn: a provider set, or named by ``OTEL_PYTHON_TRACER_PROVIDER``, at any time
+    counts from the next turn.)"""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 def _team_topic(topic_type: str, agent: BaseAgent) -> DefaultTopicId:
@@ -135,13 +129,17 @@ class TurnContainer(_HandlersFoundOnce, ChatAgentContainer):
         # here, not in a coroutine of its own: the turn's coroutines are kept for as long as the turn.
         parent = _team_topic(self._parent_topic_type, self)
         try:
-            response: Response | None = None
-            async for item in agent.on_messages_stream(self._message_buffer, ctx.cancellation_token):  # type: ignore[union-attr]  # not a Team (asked above)
-                if isinstance(item, Response):
-                    await self._log_message(item.chat_message)
-                    response = item
-                else:
-                    await self._log_message(item)
+            # A Duet agent in a Duet run yields its reply alone: awaited, without its stream's generator.
+            response = await agent.reply_in_run(self._message_buffer, ctx.cancellation_token) if is_duet_agent(agent) else None
+            if response is not None:
+                await self._log_message(response.chat_message)
+            else:
+                async for item in agent.on_messages_stream(self._message_buffer, ctx.cancellation_token):  # type: ignore[union-attr]  # not a Team (asked above)
+                    if isinstance(item, Response):
+                        await self._log_message(item.chat_message)
+                        response = item
+                    else:
+                        await self._log_message(item)
             if response is None:
                 raise RuntimeError("The agent did not produce a final response. Check the agent's on_messages_stream method.")
             self._message_buffer.clear()

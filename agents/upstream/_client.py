@@ -416,8 +416,9 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         stream = StreamAccumulator(self._config.model, keep_text)
         failure: UpstreamError | None = None
         cancelled = False
+        reading = sse_data(response, stream)
         try:
-            async for events in sse_data(response, stream):
+            async for events in reading:
                 pieces = stream.read(events)
                 events = None  # type: ignore[assignment]  # nothing of a read stays with the stream while it waits for the next
                 if stream.first_piece >= 0:  # the first token: the caller's writer sends it before more is read
@@ -444,6 +445,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
             failure = read_failure(exc, self._config.model, self._config.read_timeout, streamed=True)
         finally:
             response.release()
+            await reading.aclose()  # left at its last read at the stream's end: not closed by the loop's finalizer (a task)
         # What stopped the stream is raised outside the handlers: a new exception never chains the one aiohttp raised.
         yield self._outcome(stream, content_type, failure, cancelled, cancellation_token)
 

@@ -199,22 +199,6 @@ class Metrics:
         self.process_fds = Gauge("duet_process_open_fds", "Open file descriptors of the worker process (connections among them).",
                                  worker, registry=registry, multiprocess_mode="livesum")
 
-    def model_call_children(self, pipeline: str, stage: str) -> "ModelCallChildren":
-        """What every model call of ``stage`` counts to, looked up once per label set (see :meth:`child`)."""
-        key = (ModelCallChildren, pipeline, stage)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = ModelCallChildren(self, pipeline, stage)
-        return children
-
-    def request_children(self, pipeline: str, protocol: str) -> "RequestChildren":
-        """The histograms every request of ``pipeline`` and ``protocol`` observes, looked up once per label set."""
-        key = (RequestChildren, pipeline, protocol)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = RequestChildren(self, pipeline, protocol)
-        return children
-
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once per label set (prometheus-client checks and locks on each call)."""
         key = (metric, *labels)  # a metric hashes by identity (in C: no id() call per lookup)
@@ -222,30 +206,6 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
-
-
-class ModelCallChildren:
-    """The children of one stage's model-call metrics (``duet_upstream_*`` and its upstream-counted tokens):
-    four look-ups a call become one (:meth:`Metrics.model_call_children`)."""
-
-    __slots__ = ("duration", "first_token", "input_tokens", "output_tokens")
-
-    def __init__(self, metrics: Metrics, pipeline: str, stage: str) -> None:
-        self.duration = metrics.child(metrics.upstream_duration, pipeline, stage)
-        self.first_token = metrics.child(metrics.upstream_first_token, pipeline, stage)
-        self.input_tokens = metrics.child(metrics.tokens, pipeline, stage, "input", "upstream")
-        self.output_tokens = metrics.child(metrics.tokens, pipeline, stage, "output", "upstream")
-
-
-class RequestChildren:
-    """The children of the histograms of one pipeline's requests over one protocol (:meth:`Metrics.request_children`)."""
-
-    __slots__ = ("duration", "first_token", "overhead")
-
-    def __init__(self, metrics: Metrics, pipeline: str, protocol: str) -> None:
-        self.duration = metrics.child(metrics.duration, pipeline, protocol)
-        self.first_token = metrics.child(metrics.first_token, pipeline, protocol)
-        self.overhead = metrics.child(metrics.overhead, pipeline, protocol)
 
 
 _metrics: Metrics | None = None

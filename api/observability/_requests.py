@@ -212,12 +212,11 @@ class RequestObservation:
         if metrics is not None:
             metrics.in_flight.dec()
             metrics.child(metrics.requests, self.pipeline, self.protocol, str(status)).inc()
-            children = metrics.request_children(self.pipeline, self.protocol)
-            children.duration.observe(duration)
-            if self.first_token is not None:
-                children.first_token.observe(self.first_token)
+            metrics.child(metrics.duration, self.pipeline, self.protocol).observe(duration)
+            if self.first_token is not None:  # a series only for what happened (a refused request has no first token)
+                metrics.child(metrics.first_token, self.pipeline, self.protocol).observe(self.first_token)
             if overhead is not None:
-                children.overhead.observe(max(overhead, 0.0))
+                metrics.child(metrics.overhead, self.pipeline, self.protocol).observe(max(overhead, 0.0))
         if self.span is not None:
             self.span.set_attribute("http.response.status_code", status)
             if self.pipeline:
@@ -300,15 +299,12 @@ class _ModelCall:
             figures.count(usage.prompt_tokens, usage.completion_tokens, cached, "upstream")
         metrics = request.hub.metrics
         if metrics is not None:
-            children = metrics.model_call_children(request.pipeline, self.stage)
-            children.duration.observe(seconds)
-            if first_token is not None:
-                children.first_token.observe(first_token)
-            if usage is not None:  # count_tokens, its children of the upstream's count looked up once
-                children.input_tokens.inc(usage.prompt_tokens)
-                children.output_tokens.inc(usage.completion_tokens)
-                if cached:
-                    metrics.child(metrics.tokens, request.pipeline, self.stage, "cached", "upstream").inc(cached)
+            labels = (request.pipeline, self.stage)
+            metrics.child(metrics.upstream_duration, *labels).observe(seconds)
+            if first_token is not None:  # a series only for what happened (a failed call may have none)
+                metrics.child(metrics.upstream_first_token, *labels).observe(first_token)
+            if usage is not None:
+                count_tokens(metrics, labels, usage.prompt_tokens, usage.completion_tokens, cached, "upstream")
             if code is not None:
                 metrics.child(metrics.upstream_errors, request.pipeline, self.stage, code).inc()
         span = self.span

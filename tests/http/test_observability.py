@@ -194,6 +194,27 @@ def test_failures_are_counted_by_status_and_upstream_code(watched: DuetServer, c
     assert "no such model" not in httpx.get(f"{watched.base_url}/metrics", headers=watched.key_header).text
 
 
+def test_metrics_show_a_series_only_for_what_happened(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    """A request refused before a pipeline ran has a duration, no first token and no overhead; a model
+    call that failed has a duration and an error, no tokens counted by the upstream and no first token."""
+    server = start(upstream, tmp_path)
+    try:
+        with httpx.Client(base_url=server.base_url, headers=server.key_header, timeout=30) as client:
+            assert client.post("/v1/chat/completions", json={"model": "no such model", "messages": USER}).status_code == 404
+            upstream.script(ANSWER, Reply(status=400, error_message="context too long"))
+            assert client.post("/v1/chat/completions", json={"model": "duet", "messages": USER}).status_code == 400
+        seen = scrape(server)
+        assert seen.value("duet_request_duration_seconds_count", pipeline="") == 1
+        assert seen.value("duet_upstream_duration_seconds_count", stage="answer") == 1
+        assert not [sample for sample in seen.samples if sample.labels.get("pipeline") == ""
+                    and sample.name in ("duet_overhead_seconds_count", "duet_time_to_first_token_seconds_count")]
+        assert not [sample for sample in seen.samples if sample.labels.get("stage") == "answer" and (
+            sample.name == "duet_upstream_time_to_first_token_seconds_count"
+            or (sample.name == "duet_tokens_total" and sample.labels.get("source") == "upstream"))]
+    finally:
+        server.stop()
+
+
 def test_tool_names_chosen_by_clients_are_bounded(watched: DuetServer, client: httpx.Client, upstream: ScriptedUpstream) -> None:
     """Client tool names are labels only while they are plain and few (64 per worker); the rest are ``other``."""
     odd = "weird name with spaces"

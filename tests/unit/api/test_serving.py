@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import types
 from typing import Any
 
 from autogen_core import CancellationToken
 from starlette.responses import JSONResponse
 
-from duet.agents._events import ContentDelta, Failed
+from duet.agents._events import ContentDelta, Failed, Finished
 from duet.agents.pipeline._stream import DuetStream, EventChannel
 from duet.api import _sse
-from duet.api._serving import _EventSource
+from duet.api._serving import _collect_unless, _EventSource
 
 
 class _Writer:
@@ -113,3 +114,142 @@ def test_a_send_that_would_wait_leaves_the_first_event_to_the_streams_task() -> 
                           Failed(message="engine died", error=RuntimeError("engine died"))))
     assert [m["type"] for m in sent].count("http.response.start") == 1 and sent[0]["status"] == 200
     assert b"".join(m.get("body", b"") for m in sent[1:]) == b"data: first\n\ndata: second\n\ndata: error\n\n"
+
+
+def test_a_stream_is_written_without_an_async_generator_of_the_edges() -> None:
+    """The stream's chunks come from the source itself, an async iterator (issue 28): no async generator
+    for a request's stream, whose creation goes through the event loop's hooks and a weak set, and which
+    lives as long as the stream. What is written is the same."""
+    sent: list[dict[str, Any]] = []
+    made: list[str] = []
+
+    async def main() -> None:
+        first_iteration, finalizer = sys.get_asyncgen_hooks()
+
+        def noted(generator: Any) -> None:
+            made.append(generator.ag_code.co_qualname)
+            if first_iteration is not None:
+                first_iteration(generator)
+
+        sys.set_asyncgen_hooks(noted, finalizer)  # the loop's own are put back as asyncio.run ends
+        await _streamed(_recorder(sent), ContentDelta(text="first"), ContentDelta(text="second"),
+                        Failed(message="engine died", error=RuntimeError("engine died")))
+
+    asyncio.run(main())
+    assert made == []
+    assert b"".join(m.get("body", b"") for m in sent[1:]) == b"data: first\n\ndata: second\n\ndata: error\n\n"
+
+
+class _Collected:
+    """A collected response's source: its run's events, read in the caller's task."""
+
+    def __init__(self) -> None:
+        self.channel = EventChannel()
+        self.token = CancellationToken()
+        self.run = DuetStream(self.channel, asyncio.ensure_future(asyncio.sleep(0)), self.token)  # type: ignore[arg-type]
+        self.closed = 0
+
+    async def collect(self) -> list[Any]:
+        return [event async for event in self.run]
+
+    async def close(self) -> None:
+        self.closed += 1
+        await self.run.close()
+
+
+def _futures() -> tuple[asyncio.Future[None], asyncio.Future[None]]:
+    loop = asyncio.get_running_loop()
+    return loop.create_future(), loop.create_future()
+
+
+def test_a_collected_run_is_read_in_the_requests_own_task() -> None:
+    """A collected response's events are read in the request's task (issue 28): no task of its own and
+    no ``asyncio.wait`` over it, the client's hang-up and the server's stop; all the events, the source closed once."""
+
+    async def main() -> tuple[Any, int, _Collected, asyncio.Future[None]]:
+        source = _Collected()
+        disconnected, stopped = _futures()
+        made = 0
+        factory = asyncio.get_running_loop().get_task_factory()
+
+        def counted(loop: Any, coro: Any, **kwargs: Any) -> Any:
+            nonlocal made
+            made += 1
+            return factory(loop, coro, **kwargs) if factory is not None else asyncio.Task(coro, loop=loop, **kwargs)
+
+        asyncio.get_running_loop().set_task_factory(counted)
+        asyncio.get_running_loop().call_soon(source.channel.emit, ContentDelta(text="hello"))
+        asyncio.get_running_loop().call_soon(source.channel.emit, Finished(finish_reason="stop"))
+        async with asyncio.timeout(5):
+            events = await _collect_unless(source, disconnected, stopped, source.token)  # type: ignore[arg-type]
+        return events, made, source, stopped
+
+    events, made, source, stopped = asyncio.run(main())
+    assert [type(event) for event in events] == [ContentDelta, Finished]
+    assert made == 0
+    assert source.closed == 1 and not source.token.is_cancelled()
+    assert not stopped._callbacks  # type: ignore[attr-defined]  # the server's stop signal outlives the request: nothing left on it
+
+
+def test_a_client_that_hangs_up_or_a_server_that_stops_ends_the_collecting_and_stops_the_run() -> None:
+    """The client's hang-up (or the server's stop) while a collected run goes on: no events (the caller
+    answers 499, or 503), the run's token cancelled, the source closed once."""
+
+    async def main(which: int) -> tuple[Any, _Collected]:
+        source = _Collected()
+        futures = _futures()
+        asyncio.get_running_loop().call_soon(source.channel.emit, ContentDelta(text="hello"))
+        asyncio.get_running_loop().call_later(0.01, futures[which].set_result, None)
+        async with asyncio.timeout(5):
+            events = await _collect_unless(source, *futures, source.token)  # type: ignore[arg-type]
+        return events, source
+
+    for which in (0, 1):
+        events, source = asyncio.run(main(which))
+        assert events is None
+        assert source.token.is_cancelled() and source.closed == 1
+
+
+def test_a_cancelled_request_task_is_not_taken_for_a_hang_up() -> None:
+    """The server cancels the request's task itself (a forced shutdown): the cancellation goes on up, the
+    run is stopped and its source closed."""
+
+    async def main() -> _Collected:
+        source = _Collected()
+        disconnected, stopped = _futures()
+        collecting = asyncio.ensure_future(_collect_unless(source, disconnected, stopped, source.token))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        collecting.cancel()
+        try:
+            await collecting
+        except asyncio.CancelledError:
+            return source
+        raise AssertionError("the cancellation was swallowed")
+
+    source = asyncio.run(main())
+    assert source.closed == 1 and source.token.is_cancelled()
+
+
+class _BatchesOnly:
+    """A run read only by its batches (iterating it event by event fails)."""
+
+    def __init__(self, batches: list[list[Any]]) -> None:
+        self.batches = batches
+        self.ended = False
+
+    async def next_batch(self) -> list[Any]:
+        batch = self.batches.pop(0)
+        self.ended = not self.batches
+        return batch
+
+    def __aiter__(self) -> Any:
+        raise AssertionError("read event by event")
+
+
+def test_a_collected_run_is_read_a_batch_at_a_time() -> None:
+    """A collected response takes its run's events a batch at a time (issue 28): a long answer costs no
+    call per event on its way to the collected body."""
+    hello, world, end = ContentDelta(text="hello"), ContentDelta(text="world"), Finished(finish_reason="stop")
+    run = _BatchesOnly([[hello, world], [end]])
+    source = _EventSource(types.SimpleNamespace(in_flight=0), run, _Protocol(), None)  # type: ignore[arg-type]
+    assert asyncio.run(source.collect()) == [hello, world, end]

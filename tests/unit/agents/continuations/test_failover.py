@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Iterable, Sequence
 
 import pytest
@@ -213,3 +214,38 @@ def test_notes_held_during_a_failover_are_read_back_in_this_worker() -> None:
         assert [entry and entry.reasoning for entry in found] == ["reasoning 1", None]
 
     asyncio.run(main())
+
+
+class HangsWhileFailingOver(FailingOver):
+    """Refuses writes while failing over (they are held), and hangs on reads (an old primary black-holed)."""
+
+    async def get(self, call_ids: Iterable[str]) -> Continuation | None:
+        if not self.back.is_set():
+            await asyncio.sleep(60)
+        return await super().get(call_ids)
+
+    async def get_each(self, keys: Sequence[str]) -> list[Continuation | None]:
+        if not self.back.is_set():
+            await asyncio.sleep(60)
+        return await super().get_each(keys)
+
+
+def test_held_notes_are_read_back_without_a_store_call_while_it_fails_over() -> None:
+    """A request's notes are read on its way to the first token: while the store fails over, they come
+    from what this worker holds, the rest missing, without a probe that could wait the store's timeout."""
+
+    async def main() -> float:
+        backend = HangsWhileFailingOver()
+        store = GuardedStore(backend, timeout=1.0, retry_interval=0.0, failover_wait=10)
+        ledger = ReasoningLedger(store, write_delay=0.01)
+        backend.back.clear()
+        ledger.keep("owner", "duet", "digest-1", "reasoning 1", reuse_seconds=0, prefix_digest="prefix-1")
+        await ledger.settle()
+        assert store.held_writes == 1 and not store.available
+        started = time.monotonic()
+        assert await ledger.notes("owner", "duet", {0: "prefix-1", 1: "prefix-2"}) == {0: ("reasoning 1", "")}
+        took = time.monotonic() - started
+        await store.close()
+        return took
+
+    assert asyncio.run(main()) < 0.5

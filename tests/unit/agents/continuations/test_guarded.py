@@ -54,3 +54,30 @@ def test_a_batch_of_reads_from_a_back_end_without_get_each_is_timed_per_read() -
     available, found = asyncio.run(main())
     assert available
     assert [entry and entry.reasoning for entry in found] == [f"thought {n}" for n in range(20)] + [None]
+
+
+class StoreCalls:
+    """A request's observer that notes its store calls (the rest of the protocol unused here)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def store_call(self, operation: str, outcome: str, seconds: float) -> None:
+        self.calls.append((operation, outcome))
+
+
+def test_a_batch_of_reads_from_a_back_end_without_get_each_is_told_as_one_store_call() -> None:
+    """A request's observer hears of a batched read once, as ``get_each``: its misses are no follow-up's."""
+    from duet.agents._run import DuetRun, bind_run
+
+    async def main() -> list[tuple[str, str]]:
+        backend = PutOnly()
+        backend.kept = {"key-1": Continuation(reasoning="thought")}
+        store = GuardedStore(backend, timeout=0.25)
+        observer = StoreCalls()
+        with bind_run(DuetRun(emit=lambda event: True, workbench=None, observer=observer)):  # type: ignore[arg-type]  # only its store calls are told
+            found = await store.get_each(["key-1", "missing"])
+        assert [entry and entry.reasoning for entry in found] == ["thought", None]
+        return observer.calls
+
+    assert asyncio.run(main()) == [("get_each", "ok")]

@@ -4,6 +4,7 @@ shared request message for every turn."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -50,23 +51,16 @@ def test_duets_team_opens_its_agent_spans_only_when_a_tracer_provider_is_set(mon
         "invoke_agent first", "invoke_agent second"]
 
 
-def test_without_a_tracer_provider_a_turn_does_not_look_the_environment_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until a provider is set, ``trace.get_tracer_provider()`` reads the environment on every call: a turn
-    of Duet's team reads the provider OpenTelemetry keeps instead, and sees one set at any time."""
+def test_a_tracer_provider_set_after_the_team_was_made_counts_from_the_next_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a turn records AgentChat's spans is asked of OpenTelemetry at each turn (where
+    ``trace.set_tracer_provider`` keeps it), not remembered."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
-    asked: list[None] = []
-    stock = trace.get_tracer_provider
-
-    def counted() -> Any:
-        asked.append(None)
-        return stock()
-
-    monkeypatch.setattr(trace, "get_tracer_provider", counted)  # this test's spy, undone after it
+    monkeypatch.delenv("OTEL_PYTHON_TRACER_PROVIDER", raising=False)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)  # none set (whatever ran before): undone after the test
     assert not _group_chat._spans_recorded()
-    assert asked == []
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())  # set later: seen at once
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider())
     assert _group_chat._spans_recorded()
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", trace.NoOpTracerProvider())
     assert not _group_chat._spans_recorded()
@@ -223,3 +217,47 @@ def test_duets_manager_starts_a_run_without_checking_its_topics_against_the_patt
     assert [kind for kind in checked if kind in ("output_topic", "group_topic")] == []
     assert asyncio.run(run_a_team_on(LeanAgentRuntime(ignore_unhandled_exceptions=False))) == ["user", "first", "second"]
     assert "output_topic" in checked and "group_topic" in checked
+
+
+def test_a_duet_agents_turn_in_a_duet_run_is_awaited_without_its_streams_generator(upstream: Any) -> None:
+    """In a Duet run an agent's turn yields its reply alone (its events go to the run's reader): Duet's
+    team awaits that reply (``DuetAgent.reply_in_run``) instead of iterating ``on_messages_stream``, an
+    async generator per turn (issue 28). The run's events and answer are as ever; outside a run (a plain
+    AgentChat run of the same team) the turn is streamed as before."""
+    from autogen_agentchat.messages import TextMessage
+    from duet.agents import AnswerSettings, Duet, PipelineSettings, ReasonerSettings
+
+    from tests.conftest import ANSWER, REASONER
+    from tests.scripted_upstream import Reply
+
+    upstream.script(REASONER, Reply(reasoning=["think"]))
+    upstream.script(ANSWER, Reply(content=["hello"]))
+    made: list[str] = []
+
+    async def main() -> tuple[list[str], list[str]]:
+        first_iteration, finalizer = sys.get_asyncgen_hooks()
+
+        def noted(generator: Any) -> None:
+            made.append(generator.ag_code.co_name)
+            if first_iteration is not None:
+                first_iteration(generator)
+
+        sys.set_asyncgen_hooks(noted, finalizer)  # the loop's own are put back as asyncio.run ends
+        settings = PipelineSettings(reasoner=ReasonerSettings(base_url=upstream.base_url, model=REASONER),
+                                    answer=AnswerSettings(base_url=upstream.base_url, model=ANSWER))
+        async with Duet.from_settings(settings) as duet:
+            kinds = [event.kind async for event in duet.start([{"role": "user", "content": "hi"}])]
+            in_run = list(made)
+            upstream.script(REASONER, Reply(reasoning=["think"]))
+            upstream.script(ANSWER, Reply(content=["hello"]))
+            team = duet.new_team()
+            result = await team.run(task=TextMessage(content="hi", source="user"))
+            assert result.messages[-1].content.endswith("hello")  # type: ignore[union-attr]
+            for agent in team._participants:  # type: ignore[attr-defined]
+                await agent.close()
+        return kinds, in_run
+
+    kinds, in_run = asyncio.run(asyncio.wait_for(main(), 10))
+    assert kinds[0] == "reasoning" and kinds[-1] == "done" and "content" in kinds
+    assert "on_messages_stream" not in in_run
+    assert "on_messages_stream" in made[len(in_run):]  # a plain AgentChat run streams its turns

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from typing import Any
 
 import pytest
 from autogen_core import CancellationToken
@@ -55,6 +57,33 @@ def test_model_client_keeps_no_copy_of_the_text_its_caller_keeps() -> None:
         result = items[-1]
         assert items[:-1] == ["r", "c"] and result.content == "" and result.thought is None and result.usage.completion_tokens > 0
         assert STREAMED_TEXT_UNKEPT_ARG not in upstream.requests[-1].body and upstream.requests[-1].body["temperature"] == 0
+        await client.close()
+
+    with ScriptedUpstream() as upstream:
+        asyncio.run(main(upstream))
+
+
+def test_model_client_closes_its_event_reader_when_the_stream_ends() -> None:
+    """The reader of the upstream's events (an async generator, left at its last read when the answer
+    has ended) is closed by the stream as it ends (issue 28): not by the event loop's finalizer once it
+    is collected, which costs a task for its ``aclose()`` each, two a request."""
+    readers: list[Any] = []
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        first_iteration, finalizer = sys.get_asyncgen_hooks()
+
+        def noted(generator: Any) -> None:
+            if generator.ag_code.co_name == "sse_data":
+                readers.append(generator)
+            if first_iteration is not None:
+                first_iteration(generator)
+
+        sys.set_asyncgen_hooks(noted, finalizer)  # the loop's own are put back as asyncio.run ends
+        client = OpenAICompatibleClient("m", upstream.base_url)
+        upstream.script("m", Reply(reasoning=["r"], content=["a", "b"]))
+        items = [item async for item in client.create_stream([UserMessage(content="x", source="user")])]
+        assert "".join(items[:-1]) == "rab" and items[-1].content == "ab"
+        assert len(readers) == 1 and readers[0].ag_frame is None  # closed, while still referenced here
         await client.close()
 
     with ScriptedUpstream() as upstream:

@@ -8,7 +8,7 @@ import prometheus_client
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from duet.api.observability._metrics import Counter, Gauge, Histogram, Metrics
+from duet.api.observability._metrics import Counter, Gauge, Histogram
 
 BUCKETS = (0.1, 1.0, 10.0)
 
@@ -48,14 +48,3 @@ def test_refuses_what_prometheus_client_refuses() -> None:
         Gauge("g", "g", ["x"], registry=registry).dec()
     with pytest.raises(RuntimeError):
         Gauge("m", "m", registry=registry, multiprocess_mode="mostrecent").inc()
-
-
-def test_a_stages_children_are_the_labelled_children() -> None:
-    metrics = Metrics(CollectorRegistry())
-    children = metrics.model_call_children("default", "answer")
-    assert children is metrics.model_call_children("default", "answer")
-    assert children.duration is metrics.child(metrics.upstream_duration, "default", "answer")
-    assert children.input_tokens is metrics.child(metrics.tokens, "default", "answer", "input", "upstream")
-    assert children.output_tokens is metrics.child(metrics.tokens, "default", "answer", "output", "upstream")
-    request = metrics.request_children("default", "chat.completions")
-    assert request.overhead is metrics.child(metrics.overhead, "default", "chat.completions")
