@@ -214,8 +214,9 @@ class DuetAgent(BaseChatAgent):
         loop = asyncio.get_running_loop()
         first_event = loop.create_future()
         turn = loop.create_task(self._emit_turn(messages, run, cancellation_token, first_event))
-        turn.add_done_callback(lambda _: _settle(first_event))  # a turn that ends before any event is under way too
-        run.head_start(self.name, messages, _TurnAhead(turn, first_event))
+        ahead = _TurnAhead(turn, first_event)
+        turn.add_done_callback(ahead.ended)  # a turn that ends before any event is under way too
+        run.head_start(self.name, messages, ahead)
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to reset: every turn gets the whole conversation."""
@@ -276,6 +277,11 @@ class _TurnAhead:
     def __init__(self, task: asyncio.Task[Response], first_event: asyncio.Future[None]) -> None:
         self._task = task
         self._first_event = first_event
+
+    def ended(self, _: object) -> None:
+        """The turn's done callback: a turn that ended (or was cancelled before it began) is under way
+        too. A method of this object, not a closure: no function and cell more for every request."""
+        _settle(self._first_event)
 
     async def under_way(self) -> None:
         """Returns once the turn has handed on its first event, or has ended."""

@@ -268,6 +268,7 @@ class ReasoningAgent(DuetAgent, Component[ReasoningAgentConfig]):
                 if isinstance(item, Response) and reuse is not None:
                     reuse.keep(getattr(item.chat_message, "content", ""), grounding)
                 yield item
+                del item  # handed on: the event is not kept while the model's next piece is awaited
         except Exception as exc:
             if self._on_failure == "fail" or not _model_down(exc):
                 raise

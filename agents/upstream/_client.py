@@ -85,6 +85,7 @@ from duet.agents.upstream._transform import flat_create_args, messages_to_openai
 from duet.agents.upstream._transport import (
     Canceller,
     Connector,
+    LightResponse,
     ReadCancelled,
     SentBody,
     abort_read,
@@ -243,7 +244,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
     def _new_session(self, connector: aiohttp.TCPConnector, shared: bool = False) -> aiohttp.ClientSession:
         # Model APIs set no cookies worth keeping; a dummy jar skips cookie handling per request.
         return aiohttp.ClientSession(connector=connector, connector_owner=not shared, timeout=self._timeout,
-                                     cookie_jar=aiohttp.DummyCookieJar())
+                                     cookie_jar=aiohttp.DummyCookieJar(), response_class=LightResponse)
 
     def _request_body(
         self,
@@ -415,7 +416,7 @@ class OpenAICompatibleClient(ChatCompletionClient, Component[OpenAICompatibleCli
         stream = StreamAccumulator(self._config.model, keep_text)
         failure: UpstreamError | None = None
         cancelled = False
-        reading = sse_data(response, lambda: stream.awaiting_first_token)
+        reading = sse_data(response, stream)
         try:
             async for events in reading:
                 pieces = stream.read(events)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import AsyncGenerator, Callable
+from typing import AsyncGenerator, Protocol
 
 import aiohttp
 
@@ -18,11 +18,20 @@ class EventTooLarge(DuetError):
     """More than :data:`MAX_EVENT_BYTES` arrived without an event separator."""
 
 
-async def sse_data(response: aiohttp.ClientResponse, first_token_awaited: Callable[[], bool]) -> AsyncGenerator[list[bytes], None]:
+class FirstTokenAwaited(Protocol):
+    """What :func:`sse_data` asks of its reader (the stream's accumulator): whether the model's first
+    token is still to come. An attribute of an object the stream has anyway, not a closure more (a
+    function and a cell, ~150 bytes, for as long as the stream lasts)."""
+
+    @property
+    def awaiting_first_token(self) -> bool: ...
+
+
+async def sse_data(response: aiohttp.ClientResponse, reader: FirstTokenAwaited) -> AsyncGenerator[list[bytes], None]:
     """The ``data`` of the server-sent events, a list for each read: the complete events that
     arrived together (several often do; a line-by-line reader would await each line).
 
-    While ``first_token_awaited()`` is true, a read takes one HTTP chunk (at most
+    While ``reader.awaiting_first_token`` is true, a read takes one HTTP chunk (at most
     :data:`SINGLE_CHUNK_READS` such reads). A model's first tokens come in a burst, and aiohttp
     hands over a buffered burst chunk by chunk at some cost each: the first token goes on before the
     rest of the burst is read. A connection that breaks does not lose what had arrived before it
@@ -33,7 +42,7 @@ async def sse_data(response: aiohttp.ClientResponse, first_token_awaited: Callab
     broken: aiohttp.ClientError | None = None
     while broken is None:
         try:
-            if single_reads and first_token_awaited():
+            if single_reads and reader.awaiting_first_token:
                 single_reads -= 1
                 received, end_of_chunk = await content.readchunk()
                 if not received and end_of_chunk:  # an empty read at a chunk's end: not the end of the body

@@ -22,6 +22,7 @@ import time
 import weakref
 from typing import Any, Callable, Protocol
 
+import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -137,7 +138,7 @@ class _EdgeState:
     keys (CPython 3.11: ~1.3 KB more for every open connection)."""
 
     __slots__ = ("head_budget", "heads_read", "head_timer", "head_since", "head_begun", "unread_body_timer", "disconnect_watchers",
-                 "fd")
+                 "fd", "message_read")
 
     def __init__(self) -> None:
         self.head_budget = -1  # bytes the current request head may still take; -1 while no head is read
@@ -149,6 +150,7 @@ class _EdgeState:
         # Of the running request (WATCH_DISCONNECT): each future, and what to call before it is set.
         self.disconnect_watchers: list[tuple[asyncio.Future[None], Callable[[], object] | None]] | None = None
         self.fd = -1  # the connection's socket (CLIENT_GONE); -1: none to ask
+        self.message_read = False  # the last request was read whole (its body too), and no next one has begun
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -208,6 +210,18 @@ class EdgeProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.parser is None:  # let go between two requests (below): the next one begins here
+            self.parser = _request_parser(self)
+        self._read(data)
+        if self._edge.message_read and self.parser is not None and not self.parser.should_upgrade():
+            # Between two requests the parser holds no state worth keeping (a new one parses the next
+            # as this one would), but ~820 bytes (llhttp's state, a bound method per callback): not
+            # kept for as long as the response streams, or the connection idles. An upgrade keeps its
+            # parser, which refuses what follows as uvicorn's does.
+            self.parser = None  # type: ignore[assignment]
+
+    def _read(self, data: bytes) -> None:
+        """uvicorn's ``data_received``, with the head's budget and timer."""
         budget = self._edge.head_budget
         if budget >= 0 and len(data) > budget:
             # Feed only what the head may still take: if it does not complete within that, it is too large.
@@ -241,6 +255,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._edge.message_read = False
         # uvicorn makes the scope's "asgi" dict anew for every request (~180 bytes, for as long as it
         # runs); its two versions are the server's: one dict, which nothing writes to, serves them all.
         self.scope["asgi"] = _asgi_versions(self.asgi_version)
@@ -308,6 +323,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._edge.message_read = True
         self._cancel_unread_body_timer()
         self._edge.head_budget = self.options.max_header_bytes  # what follows is the next request's head
 
@@ -343,6 +359,14 @@ class EdgeProtocol(HttpToolsProtocol):
     def _head_timed_out(self) -> None:
         self._edge.head_timer = None
         self._close()
+
+
+def _request_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
+    """A request parser for ``protocol``. Mirrors the parser HttpToolsProtocol.__init__ of uvicorn 0.54 (pinned) makes."""
+    parser = httptools.HttpRequestParser(protocol)
+    with contextlib.suppress(AttributeError):  # httptools < 0.6.3 (uvicorn's own guard)
+        parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    return parser
 
 
 _ASGI_VERSIONS: dict[str, Any] = {}  # by the server's ASGI version: uvicorn's two (3.0, 2.0)

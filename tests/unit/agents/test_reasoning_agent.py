@@ -5,18 +5,21 @@ scripted ``ChatCompletionClient``: reasoning however it comes, closed when the d
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any, AsyncGenerator, Mapping
 
 import pytest
 from autogen_agentchat.messages import (
     TextMessage,
 )
+from autogen_core import CancellationToken
 from autogen_core.models import (
     CreateResult,
     FunctionExecutionResult,
     FunctionExecutionResultMessage,
 )
 from duet.agents import ReasoningAgent
+from duet.agents._events import ReasoningDelta
 from duet.agents._messages import reasoning_reply
 from duet.agents.upstream import STREAMED_TEXT_UNKEPT_ARG, OpenAICompatibleClient
 
@@ -79,6 +82,42 @@ def test_the_reasoning_is_kept_once_while_it_streams() -> None:
     client = ScriptedModelClient(ScriptedTurn(SAME_THINKING["typed pieces (Duet's client)"], text_result("Draft answer")))
     run_turn(ReasoningAgent("reasoner", client), QUESTION)
     assert STREAMED_TEXT_UNKEPT_ARG not in client.calls[0].extra_create_args
+
+
+class _PausedAfterEachPiece(ScriptedModelClient):
+    """A scripted model that waits for ``go`` after each piece it streams (``waiting`` is set meanwhile)."""
+
+    def __init__(self, *turns: ScriptedTurn) -> None:
+        super().__init__(*turns)
+        self.waiting = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def create_stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[str | CreateResult, None]:  # type: ignore[override]
+        async for item in super().create_stream(*args, **kwargs):
+            yield item
+            self.waiting.set()
+            await self.go.wait()
+
+
+def test_a_reasoning_event_handed_on_is_not_kept_while_the_next_piece_is_awaited() -> None:
+    """An open stream keeps none of the events its reasoner has handed on (memory per open stream):
+    while the model's next piece is awaited, nothing in the turn refers to the last one."""
+
+    async def main() -> None:
+        client = _PausedAfterEachPiece(ScriptedTurn([R("Check "), R("the units.")], text_result("")))
+        turn = ReasoningAgent("reasoner", client)._turn([QUESTION], None, CancellationToken())
+        first = await asyncio.wait_for(anext(turn), 5)
+        assert isinstance(first, ReasoningDelta) and first.text == "Check "
+        handed_on = weakref.ref(first)
+        del first
+        following = asyncio.ensure_future(anext(turn))
+        await asyncio.wait_for(client.waiting.wait(), 5)  # the turn awaits the model's next piece
+        assert not following.done() and handed_on() is None
+        client.go.set()
+        assert isinstance(await asyncio.wait_for(following, 5), ReasoningDelta)
+        await turn.aclose()
+
+    asyncio.run(main())
 
 
 def test_reasoning_is_cut_at_max_reasoning_chars() -> None:

@@ -4,6 +4,7 @@ without sockets."""
 from __future__ import annotations
 
 import asyncio
+import types
 from typing import Any
 
 
@@ -11,8 +12,6 @@ def _chunked_response(chunks: list[bytes], failure: BaseException | None = None)
     """What ``sse_data`` reads of a response (its body, through aiohttp's own stream reader), whose
     chunked body's ``chunks`` all arrived before the first read, then its end, or ``failure`` (the
     connection broke). Made inside the running loop."""
-    import types
-
     from aiohttp.base_protocol import BaseProtocol
     from aiohttp.streams import StreamReader
 
@@ -34,7 +33,7 @@ def _sse_events(chunks: list[bytes], one_chunk_at_a_time: bool) -> list[list[byt
     from duet.agents.upstream._sse import sse_data
 
     async def main() -> list[list[bytes]]:
-        return [events async for events in sse_data(_chunked_response(chunks), lambda: one_chunk_at_a_time)]
+        return [events async for events in sse_data(_chunked_response(chunks), types.SimpleNamespace(awaiting_first_token=one_chunk_at_a_time))]
 
     return asyncio.run(main())
 
@@ -69,7 +68,7 @@ def test_sse_parser_hands_on_what_arrived_before_the_connection_broke() -> None:
         response = _chunked_response(chunks, aiohttp.ClientPayloadError("Response payload is not completed"))
         received: list[bytes] = []
         try:
-            async for events in sse_data(response, lambda: one_chunk_at_a_time):
+            async for events in sse_data(response, types.SimpleNamespace(awaiting_first_token=one_chunk_at_a_time)):
                 received += events
         except aiohttp.ClientPayloadError as exc:
             return received, exc

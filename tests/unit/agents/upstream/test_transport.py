@@ -118,3 +118,27 @@ def test_clients_of_one_upstream_share_one_connection() -> None:
     with ScriptedUpstream(responder=lambda body: Reply(content=["ok"])) as upstream:
         assert asyncio.run(one_request_each(upstream, 0)) == (1, 0)  # the last client to close closed the pool
         assert asyncio.run(one_request_each(upstream, 5)) == (2, 0)  # a bounded pool is the client's own
+
+
+def test_a_model_calls_response_keeps_no_raw_headers_nor_the_requests_headers() -> None:
+    """Once its headers are read, a model call's response lets go of what the client never reads again
+    (memory per open stream): the raw header bytes and the request's headers (a key among them). The
+    parsed headers, the request's URL and method stay."""
+
+    async def main(upstream: ScriptedUpstream) -> None:
+        client = OpenAICompatibleClient("m", upstream.base_url, api_key="sk-kept-by-no-response")
+        try:
+            body = client._request_body([UserMessage(content="Hi", source="user")], [], "auto", None, {})
+            response = await client._send(client._url, body, None)
+            try:
+                assert response.status == 200 and response.headers["Content-Type"].startswith("text/event-stream")
+                assert response.raw_headers == () and len(response.request_info.headers) == 0
+                assert (response.request_info.url, response.request_info.method) == (client._url, "POST")
+                assert b"data:" in await response.content.readany()
+            finally:
+                response.close()
+        finally:
+            await client.close()
+
+    with ScriptedUpstream(responder=lambda body: Reply(content=["ok"])) as upstream:
+        asyncio.run(main(upstream))

@@ -130,3 +130,54 @@ def test_the_edge_gives_every_request_one_asgi_entry_equal_to_uvicorns() -> None
     edge, stock = entries(protocol_for(ServiceOptions())), entries("httptools")
     assert len(edge) == len(stock) == 3 and edge == stock
     assert edge[0] is edge[1] is edge[2] and stock[0] is not stock[1]
+
+
+def test_a_connection_holds_no_request_parser_while_its_response_streams() -> None:
+    """Between two requests the edge's connection lets its request parser go (~820 bytes an open stream)
+    and makes a new one for the next request: kept-alive and pipelined requests are read as uvicorn reads them."""
+    import socket
+    import threading
+    from typing import Any
+
+    import httpx
+    import uvicorn
+
+    from duet.api._sse import CLIENT_GONE
+    from duet.api.server._server import protocol_for
+    from tests.conftest import free_port, wait_for_port
+
+    parser_held: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        parser_held.append(scope[CLIENT_GONE].__self__.parser is not None)  # the connection's protocol, as the response begins
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off",
+                                           http=protocol_for(ServiceOptions())))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port(port)
+        with httpx.Client(timeout=5) as client:  # one kept-alive connection
+            assert [client.post(f"http://127.0.0.1:{port}/", content=b"x" * n).content for n in (1, 2, 3)] == [b"x", b"xx", b"xxx"]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:  # two requests in one write
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\none"
+                         b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: close\r\n\r\ntwo")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.count(b"HTTP/1.1 200 OK") == 2 and answer.index(b"one") < answer.index(b"two")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert parser_held == [False] * 5
