@@ -150,7 +150,7 @@ class _EdgeState:
         # Of the running request (WATCH_DISCONNECT): each future, and what to call before it is set.
         self.disconnect_watchers: list[tuple[asyncio.Future[None], Callable[[], object] | None]] | None = None
         self.fd = -1  # the connection's socket (CLIENT_GONE); -1: none to ask
-        self.message_read = False  # the last request was read whole (its body too), and no next one has begun
+        self.message_read = False  # the last request was read whole on a connection that goes on, and no next one has begun
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -213,11 +213,13 @@ class EdgeProtocol(HttpToolsProtocol):
         if self.parser is None:  # let go between two requests (below): the next one begins here
             self.parser = _request_parser(self)
         self._read(data)
-        if self._edge.message_read and self.parser is not None and not self.parser.should_upgrade():
+        parser = self.parser
+        if self._edge.message_read and parser is not None and not parser.should_upgrade():
             # Between two requests the parser holds no state worth keeping (a new one parses the next
             # as this one would), but ~820 bytes (llhttp's state, a bound method per callback): not
-            # kept for as long as the response streams, or the connection idles. An upgrade keeps its
-            # parser, which refuses what follows as uvicorn's does.
+            # kept for as long as the response streams, or the connection idles. A request that ends
+            # its connection (Connection: close, HTTP/1.0) or upgrades it keeps its parser, which
+            # ignores or refuses what follows as uvicorn's does (lenient_data_after_close).
             self.parser = None  # type: ignore[assignment]
 
     def _read(self, data: bytes) -> None:
@@ -323,7 +325,9 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._edge.message_read = True
+        # Read whole; the parser may go only if the connection goes on (asked here: llhttp clears what it
+        # knows of the request once this callback returns).
+        self._edge.message_read = self.parser.should_keep_alive()
         self._cancel_unread_body_timer()
         self._edge.head_budget = self.options.max_header_bytes  # what follows is the next request's head
 

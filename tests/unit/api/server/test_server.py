@@ -3,6 +3,8 @@ upstream connection beside its client's."""
 
 from __future__ import annotations
 
+import asyncio
+
 from duet.api._settings import ServiceOptions
 from duet.api.server._server import FILES_BESIDES_CONNECTIONS, connections_that_fit
 
@@ -180,4 +182,51 @@ def test_a_connection_holds_no_request_parser_while_its_response_streams() -> No
     finally:
         server.should_exit = True
         thread.join(10)
-    assert parser_held == [False] * 5
+    # The two sent at once are read by one parser, which the last keeps: it closes its connection (below).
+    assert parser_held == [False] * 3 + [True, True]
+
+
+def test_bytes_after_a_request_that_closes_its_connection_are_ignored_as_uvicorn_ignores_them() -> None:
+    """After a request that ends its connection (``Connection: close``, HTTP/1.0), uvicorn's parser ignores
+    whatever the client sends (``lenient_data_after_close``): its response streams on to its end, with no
+    second status line in it, whether what follows is junk or another request."""
+    import socket
+    import threading
+    from typing import Any
+
+    import uvicorn
+
+    from duet.api.server._server import protocol_for
+    from tests.conftest import free_port, wait_for_port
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        for part in range(4):
+            await send({"type": "http.response.body", "body": b"part %d\n" % part, "more_body": True})
+            await asyncio.sleep(0.1)  # a stream under way when the client's next bytes arrive
+        await send({"type": "http.response.body", "body": b"end\n"})
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off",
+                                           http=protocol_for(ServiceOptions())))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port(port)
+        for version, close, then in ((b"1.1", b"Connection: close\r\n", b"garbage!!\r\n\r\n"),
+                                     (b"1.1", b"Connection: close\r\n", b"GET /b HTTP/1.1\r\nHost: a\r\n\r\n"),
+                                     (b"1.0", b"", b"garbage!!\r\n\r\n")):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(b"POST / HTTP/" + version + b"\r\nHost: a\r\nContent-Length: 2\r\n" + close + b"\r\nhi")
+                answer = sock.recv(65536)
+                sock.sendall(then)
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.count(b" 200 OK") == 1 and b"400" not in answer and b"end\n" in answer, answer
+    finally:
+        server.should_exit = True
+        thread.join(10)
