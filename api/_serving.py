@@ -325,8 +325,8 @@ class Service:
         token: CancellationToken,
     ) -> Response:
         events = await _collect_unless(source, disconnected, self.gate.stopped, token)
-        if events is None:  # the client hung up or the server stops: the models were stopped
-            if not disconnected.cancelled():  # done with a result: the client has gone (else no longer watched)
+        if not isinstance(events, list):  # the client hung up or the server stops: the models were stopped
+            if events is disconnected:
                 return Response(status_code=499)
             return protocol.error_response(shutting_down(), headers={"connection": "close"})
         fold = protocol.fold(wire_request, wire_request.response_id)
@@ -345,11 +345,11 @@ class Service:
 
 
 async def _collect_unless(source: "_EventSource", disconnected: asyncio.Future[None], stopped: asyncio.Future[None],
-                          token: CancellationToken) -> list[DuetEvent] | None:
-    """The run's events, collected in the request's own task; ``None`` once the client has gone or the
-    server stops first (``disconnected``, ``stopped``: their callbacks cancel the collecting, as they
-    interrupt a stream's writing; no task and no ``asyncio.wait`` of its own). The source is closed
-    either way, which stops whatever of the run still goes on."""
+                          token: CancellationToken) -> list[DuetEvent] | asyncio.Future[None]:
+    """The run's events, collected in the request's own task; or, once the client has gone or the server
+    stops first, which of ``disconnected`` and ``stopped`` it was (their callbacks cancel the collecting,
+    as they interrupt a stream's writing; no task and no ``asyncio.wait`` of its own). The source is
+    closed either way, which stops whatever of the run still goes on."""
     task = asyncio.current_task()
     assert task is not None
     interrupted: list[asyncio.Future[None]] = []  # the future that cancelled the collecting, if one did
@@ -379,7 +379,7 @@ async def _collect_unless(source: "_EventSource", disconnected: asyncio.Future[N
                 token.cancel()
         finally:
             await source.close()
-    return events
+    return interrupted[0] if events is None else events
 
 
 _HELD_BACK = (ReusedReasoning, Usage)

@@ -201,13 +201,38 @@ def test_a_client_that_hangs_up_or_a_server_that_stops_ends_the_collecting_and_s
         asyncio.get_running_loop().call_soon(source.channel.emit, ContentDelta(text="hello"))
         asyncio.get_running_loop().call_later(0.01, futures[which].set_result, None)
         async with asyncio.timeout(5):
-            events = await _collect_unless(source, *futures, source.token)  # type: ignore[arg-type]
-        return events, source
+            ended_by = await _collect_unless(source, *futures, source.token)  # type: ignore[arg-type]
+        return futures.index(ended_by), source  # type: ignore[arg-type]
 
     for which in (0, 1):
         events, source = asyncio.run(main(which))
-        assert events is None
+        assert events == which  # which of the two ended it: the caller's 499, or 503
         assert source.token.is_cancelled() and source.closed == 1
+
+
+def test_a_server_stop_is_told_from_a_hang_up_when_the_hang_up_watcher_is_a_task() -> None:
+    """On another ASGI server the hang-up watcher is a task (``watch_disconnect``'s fallback), which counts
+    as cancelled only once the loop runs it again: a server stop is still told as the stop (503), not as
+    the client's hang-up (499)."""
+
+    async def main() -> bool:
+        source = _Collected()
+        source.close = _closes_at_once(source)  # type: ignore[method-assign]  # a run already over: closing does not yield
+        watcher = asyncio.ensure_future(asyncio.Event().wait())
+        stopped = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.01, stopped.set_result, None)
+        async with asyncio.timeout(5):
+            ended_by = await _collect_unless(source, watcher, stopped, source.token)  # type: ignore[arg-type]
+        return ended_by is stopped
+
+    assert asyncio.run(main())
+
+
+def _closes_at_once(source: Any) -> Any:
+    async def close() -> None:
+        source.closed += 1
+
+    return close
 
 
 def test_a_cancelled_request_task_is_not_taken_for_a_hang_up() -> None:
