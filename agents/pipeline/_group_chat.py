@@ -58,10 +58,16 @@ def is_group_chat(obj: object) -> TypeGuard[BaseGroupChat]:
 
 
 def is_duet_agent(obj: object) -> TypeGuard[DuetAgent]:
-    """``isinstance(obj, DuetAgent)``, asked once per class of ``obj`` (see :func:`is_team`: an agent's
-    class also has typing's protocol metaclass)."""
+    """Whether ``obj`` is a Duet agent whose turn is streamed as :class:`DuetAgent`'s own (so its
+    container may await :meth:`DuetAgent.reply_in_run`); a subclass with its own ``on_messages_stream``
+    is handled as any agent. Asked once per class of ``obj`` (see :func:`is_team`: an agent's class also
+    has typing's protocol metaclass)."""
     known = _KINDS.get((obj.__class__, DuetAgent))
-    return _of_kind(obj, DuetAgent) if known is None else known
+    if known is None:
+        known = _of_kind(obj, DuetAgent) and getattr(type(obj), "on_messages_stream", None) is DuetAgent.on_messages_stream
+        if len(_KINDS) < _MOST_KINDS:
+            _KINDS[obj.__class__, DuetAgent] = known
+    return known
 
 
 def _spans_recorded() -> bool:
@@ -72,7 +78,7 @@ def _spans_recorded() -> bool:
 
 
 _TOPICS: dict[tuple[str, str], DefaultTopicId] = {}
-_MOST_TOPICS = 256  # (topic type, source) pairs kept; past it, made each time
+_MOST_TOPICS = 256  # (topic type, source) pairs kept; past it, begun again
 """The topics :func:`_team_topic` made, by type and source: a pipeline's pooled teams share their team id
 and topic types, so a pipeline keeps a few (the group's, the output's, each agent's)."""
 
@@ -90,8 +96,9 @@ def _team_topic(topic_type: str, agent: BaseAgent) -> DefaultTopicId:
         topic = object.__new__(DefaultTopicId)
         object.__setattr__(topic, "type", topic_type)  # a frozen dataclass's fields, set as its __init__ sets them
         object.__setattr__(topic, "source", source)
-        if len(_TOPICS) < _MOST_TOPICS:
-            _TOPICS[topic_type, source] = topic
+        if len(_TOPICS) >= _MOST_TOPICS:  # (teams made one by one, new_team(): topics of their own) begun again
+            _TOPICS.clear()
+        _TOPICS[topic_type, source] = topic
     return topic
 
 

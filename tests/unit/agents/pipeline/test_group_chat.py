@@ -301,3 +301,18 @@ def test_a_duet_agents_turn_in_a_duet_run_is_awaited_without_its_streams_generat
     assert kinds[0] == "reasoning" and kinds[-1] == "done" and "content" in kinds
     assert "on_messages_stream" not in in_run
     assert "on_messages_stream" in made[len(in_run):]  # a plain AgentChat run streams its turns
+
+
+def test_a_duet_agent_with_a_stream_of_its_own_is_streamed_as_any_agent() -> None:
+    """Duet's container awaits a Duet agent's reply in a run only when its turn is streamed as
+    DuetAgent's own: a subclass that overrides ``on_messages_stream`` is iterated, as AgentChat does."""
+    from duet.agents import AnswerAgent
+    from duet.agents.pipeline._group_chat import is_duet_agent
+
+    class OwnStream(AnswerAgent):
+        async def on_messages_stream(self, messages: Any, cancellation_token: Any) -> Any:  # type: ignore[override]
+            yield None
+
+    assert is_duet_agent(object.__new__(AnswerAgent))
+    assert not is_duet_agent(object.__new__(OwnStream))
+    assert not is_duet_agent(object())
