@@ -10,7 +10,7 @@ relay take turns (who goes first alternates), each through the same phases:
 2. **steady** (``--seconds``): own CPU per token delivered (user + system of the server, from /proc,
    over the tokens its clients received), the added inter-token delay (client-side gap between two
    tokens of one stage, minus the pace: p50 and p99), memory per open stream (RSS growth over the
-   level before the ramp, divided by N);
+   level before the ramp, divided by N: from the first round only, as a process keeps what it took);
 3. **a new request, once open**: ``--probes`` single requests, a few per second, on top of the N
    (burst-shaped, so they end at once): TTFT p50 / p99;
 4. **arrivals**: ``--arrivals`` more streams opening at ``--arrival-rate`` on top of the N: their
@@ -243,11 +243,18 @@ async def measure(args: argparse.Namespace, servers: dict[str, tuple[int, str]])
     return {count: {name: medians(rounds) for name, rounds in by_name.items()} for count, by_name in runs.items()}
 
 
+FIRST_ROUND_ONLY = ("kb_per_stream", "rss_before_mb", "rss_open_mb")
+"""Figures of the first round alone: a process does not give its memory back when streams close, so a later
+round opens its streams in memory it already holds (its RSS growth is about nothing)."""
+
+
 def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median of each figure over the rounds (the percentiles' too)."""
+    """The median of each figure over the rounds (the percentiles' too); memory, the first round's."""
     merged: dict[str, Any] = {}
     for key, value in rounds[0].items():
-        if isinstance(value, dict):
+        if key in FIRST_ROUND_ONLY:
+            merged[key] = value
+        elif isinstance(value, dict):
             merged[key] = {inner: median([r[key][inner] for r in rounds]) for inner in value}
         else:
             merged[key] = median([r[key] for r in rounds])
