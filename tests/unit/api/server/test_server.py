@@ -4,6 +4,8 @@ upstream connection beside its client's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Any, Iterator
 
 from duet.api._settings import ServiceOptions
 from duet.api.server._server import FILES_BESIDES_CONNECTIONS, connections_that_fit
@@ -96,7 +98,6 @@ def test_the_edge_gives_every_request_one_asgi_entry_equal_to_uvicorns() -> None
     """The scope's "asgi" entry is what uvicorn's own httptools protocol writes, and one dict for every
     request the edge's protocol serves (uvicorn makes one per request)."""
     import threading
-    from typing import Any
 
     import httpx
     import uvicorn
@@ -138,15 +139,10 @@ def test_a_connection_holds_no_request_parser_while_its_response_streams() -> No
     """Between two requests the edge's connection lets its request parser go (~820 bytes an open stream)
     and makes a new one for the next request: kept-alive and pipelined requests are read as uvicorn reads them."""
     import socket
-    import threading
-    from typing import Any
 
     import httpx
-    import uvicorn
 
     from duet.api._sse import CLIENT_GONE
-    from duet.api.server._server import protocol_for
-    from tests.conftest import free_port, wait_for_port
 
     parser_held: list[bool] = []
 
@@ -163,13 +159,7 @@ def test_a_connection_holds_no_request_parser_while_its_response_streams() -> No
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
         await send({"type": "http.response.body", "body": body})
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off",
-                                           http=protocol_for(ServiceOptions())))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for_port(port)
+    with _edge_serving(app) as port:
         with httpx.Client(timeout=5) as client:  # one kept-alive connection
             assert [client.post(f"http://127.0.0.1:{port}/", content=b"x" * n).content for n in (1, 2, 3)] == [b"x", b"xx", b"xxx"]
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:  # two requests in one write
@@ -179,9 +169,6 @@ def test_a_connection_holds_no_request_parser_while_its_response_streams() -> No
             while chunk := sock.recv(65536):
                 answer += chunk
         assert answer.count(b"HTTP/1.1 200 OK") == 2 and answer.index(b"one") < answer.index(b"two")
-    finally:
-        server.should_exit = True
-        thread.join(10)
     # The two sent at once are read by one parser, which the last keeps: it closes its connection (below).
     assert parser_held == [False] * 3 + [True, True]
 
@@ -191,13 +178,8 @@ def test_bytes_after_a_request_that_closes_its_connection_are_ignored_as_uvicorn
     whatever the client sends (``lenient_data_after_close``): its response streams on to its end, with no
     second status line in it, whether what follows is junk or another request."""
     import socket
-    import threading
-    from typing import Any
 
-    import uvicorn
 
-    from duet.api.server._server import protocol_for
-    from tests.conftest import free_port, wait_for_port
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -210,13 +192,7 @@ def test_bytes_after_a_request_that_closes_its_connection_are_ignored_as_uvicorn
             await asyncio.sleep(0.1)  # a stream under way when the client's next bytes arrive
         await send({"type": "http.response.body", "body": b"end\n"})
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off",
-                                           http=protocol_for(ServiceOptions())))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_for_port(port)
+    with _edge_serving(app) as port:
         for version, close, then in ((b"1.1", b"Connection: close\r\n", b"garbage!!\r\n\r\n"),
                                      (b"1.1", b"Connection: close\r\n", b"GET /b HTTP/1.1\r\nHost: a\r\n\r\n"),
                                      (b"1.0", b"", b"garbage!!\r\n\r\n")):
@@ -227,6 +203,26 @@ def test_bytes_after_a_request_that_closes_its_connection_are_ignored_as_uvicorn
                 while chunk := sock.recv(65536):
                     answer += chunk
             assert answer.count(b" 200 OK") == 1 and b"400" not in answer and b"end\n" in answer, answer
+
+
+@contextlib.contextmanager
+def _edge_serving(app: Any) -> Iterator[int]:
+    """``app`` served by uvicorn with Duet's edge protocol on a loopback port (yielded), in a thread of its own."""
+    import threading
+
+    import uvicorn
+
+    from duet.api.server._server import protocol_for
+    from tests.conftest import free_port, wait_for_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off",
+                                           http=protocol_for(ServiceOptions())))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_port(port)
+        yield port
     finally:
         server.should_exit = True
         thread.join(10)
